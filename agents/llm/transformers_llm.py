@@ -1,0 +1,296 @@
+"""Local Hugging Face models: batched, left-padded generation on CPU or GPU.
+
+:class:`TransformersLLM` runs its own decode loop over a KV cache instead of
+``model.generate`` so that ONE forward pass per token serves a whole batch in
+which every row may have its own temperature, top-p, token limit, stop
+strings and seed — which is what the topology Runtime sends when every agent
+of a superstep shares a model. Rows that finish leave the batch (their cache
+rows are dropped), so a long answer does not make short ones pay.
+
+Log-probabilities, when asked, are those of the model's own distribution
+(log-softmax of the logits before temperature and top-p), one per generated
+token, the end-of-sequence token included — what a policy-gradient trainer
+re-computes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .base import (
+    Completion,
+    Prompt,
+    SamplingParams,
+    Usage,
+    broadcast_params,
+    normalize_prompt,
+    render_chat_plain,
+    truncate_at_stop,
+)
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"`` → CUDA when present, else CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return getattr(torch, dtype)
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None
+
+
+class TransformersLLM:
+    """A causal LM from a local model directory or a GGUF file.
+
+    ``TransformersLLM("path/to/model_dir")`` or
+    ``TransformersLLM("path/to/model.gguf")`` (or pass ``model=`` and
+    ``tokenizer=`` objects directly, e.g. a tiny randomly initialised model in
+    tests or the policy being trained).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any | None = None,
+        *,
+        device: str | torch.device = "auto",
+        dtype: str | torch.dtype = "auto",
+        name: str | None = None,
+        max_batch_size: int = 64,
+        chat_template: str | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = resolve_device(device)
+        torch_dtype = _resolve_dtype(dtype, self.device)
+        if isinstance(model, (str, Path)):
+            path = Path(model).expanduser()
+            if not path.exists():
+                raise FileNotFoundError(f"no model at {path} (expected a model directory or a .gguf file)")
+            kw: dict[str, Any] = {"local_files_only": True}
+            if path.is_file():
+                if path.suffix != ".gguf":
+                    raise ValueError(f"{path} is a file but not a .gguf; give a model directory or a GGUF file")
+                kw["gguf_file"] = path.name
+                src = str(path.parent)
+            else:
+                src = str(path)
+            t0 = time.perf_counter()
+            tok = tokenizer or AutoTokenizer.from_pretrained(src, **kw)
+            mdl = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kw)
+            log.info("loaded %s in %.1f s", path, time.perf_counter() - t0)
+            self.name = name or f"hf:{path}"
+        else:
+            if tokenizer is None:
+                raise ValueError("pass tokenizer= together with a model object")
+            mdl, tok = model, tokenizer
+            self.name = name or f"hf:{getattr(getattr(mdl, 'config', None), '_name_or_path', 'model')}"
+        self.model = mdl.to(self.device)
+        self.model.eval()
+        self.tokenizer = tok
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.max_batch_size = max_batch_size
+        self.eos_ids = self._eos_ids()
+        self.calls = 0
+        self._rng = torch.Generator(device="cpu")
+        self._rng.seed()
+
+    def __repr__(self) -> str:
+        return f"TransformersLLM({self.name!r}, device={self.device})"
+
+    # -- prompt rendering --------------------------------------------------
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        gc = getattr(self.model, "generation_config", None)
+        for src in (getattr(gc, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, (list, tuple)):
+                ids.update(int(x) for x in src)
+        return ids
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model sees for a chat prompt."""
+        msgs = normalize_prompt(prompt)
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return render_chat_plain(msgs)
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        texts = [self.render(p) for p in prompts]
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    # -- generation --------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[list[Completion]]:
+        plist = broadcast_params(params, len(prompts))
+        ids = self.encode_prompts(prompts)
+        rows = [(i, s) for i, p in enumerate(plist) for s in range(p.n)]
+        results: dict[tuple[int, int], Completion] = {}
+        # Similar lengths together keeps padding small; order is restored below.
+        order = sorted(range(len(rows)), key=lambda r: len(ids[rows[r][0]]))
+        self.calls += 1
+        for start in range(0, len(order), self.max_batch_size):
+            chunk = [rows[r] for r in order[start : start + self.max_batch_size]]
+            outs = self._generate_rows([ids[i] for i, _ in chunk], [plist[i] for i, _ in chunk], [s for _, s in chunk])
+            for (i, s), c in zip(chunk, outs):
+                c.prompt_index, c.sample_index = i, s
+                results[(i, s)] = c
+        return [[results[(i, s)] for s in range(plist[i].n)] for i in range(len(prompts))]
+
+    def _row_generator(self, p: SamplingParams, sample_index: int) -> torch.Generator:
+        if p.seed is None:
+            return self._rng
+        g = torch.Generator(device="cpu")
+        g.manual_seed((p.seed * 1_000_003 + sample_index) % (2**63))
+        return g
+
+    @torch.inference_mode()
+    def _generate_rows(
+        self, prompt_ids: list[list[int]], params: list[SamplingParams], sample_idx: list[int]
+    ) -> list[Completion]:
+        from transformers import DynamicCache
+
+        dev = self.device
+        B = len(prompt_ids)
+        pad = int(self.tokenizer.pad_token_id)
+        L = max(len(x) for x in prompt_ids)
+        input_ids = torch.full((B, L), pad, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for r, x in enumerate(prompt_ids):
+            if not x:
+                raise ValueError("a prompt rendered to zero tokens")
+            input_ids[r, L - len(x) :] = torch.tensor(x)
+            attn[r, L - len(x) :] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+
+        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+        gens = [self._row_generator(p, s) for p, s in zip(params, sample_idx)]
+        max_new = [p.max_new_tokens for p in params]
+        want_lp = any(p.logprobs for p in params)
+
+        out_tokens: list[list[int]] = [[] for _ in range(B)]
+        out_lps: list[list[float]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        active = list(range(B))  # original row index of each current batch row
+
+        cache = DynamicCache()
+        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1, :].float().cpu()
+        cache = out.past_key_values
+        last_pos = pos[:, -1:]
+        step = 0
+        while active:
+            step += 1
+            rows_t = torch.tensor(active)
+            next_tok, lp = self._sample(logits, temps[rows_t], top_ps[rows_t], [gens[r] for r in active], want_lp)
+            keep: list[int] = []
+            for b, r in enumerate(active):
+                t = int(next_tok[b])
+                out_tokens[r].append(t)
+                if lp is not None:
+                    out_lps[r].append(float(lp[b]))
+                if t in self.eos_ids:
+                    finish[r] = "stop"
+                elif params[r].stop and self._hits_stop(out_tokens[r], params[r].stop):
+                    finish[r] = "stop"
+                elif len(out_tokens[r]) >= max_new[r]:
+                    finish[r] = "length"
+                else:
+                    keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                idx = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(idx)
+                attn = attn.index_select(0, idx)
+                last_pos = last_pos.index_select(0, idx)
+                next_tok = next_tok.index_select(0, torch.tensor(keep))
+                active = [active[b] for b in keep]
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype, device=dev)], dim=1)
+            last_pos = last_pos + 1
+            out = self.model(
+                input_ids=next_tok.view(-1, 1).to(dev),
+                attention_mask=attn,
+                position_ids=last_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float().cpu()
+
+        comps: list[Completion] = []
+        for r in range(B):
+            toks = out_tokens[r]
+            body = [t for t in toks if t not in self.eos_ids]
+            text = self.tokenizer.decode(body, skip_special_tokens=True)
+            text, hit = truncate_at_stop(text, params[r].stop)
+            comps.append(
+                Completion(
+                    text=text,
+                    token_ids=list(toks),
+                    logprobs=list(out_lps[r]) if params[r].logprobs else None,
+                    finish_reason=finish[r] or "length",
+                    usage=Usage(prompt_tokens=len(prompt_ids[r]), completion_tokens=len(toks)),
+                )
+            )
+        return comps
+
+    def _hits_stop(self, toks: list[int], stop: Sequence[str]) -> bool:
+        # Only the tail can complete a stop string; decode enough of it.
+        span = max(len(s) for s in stop) + 8
+        tail = self.tokenizer.decode(toks[-span:], skip_special_tokens=True)
+        return any(s and s in tail for s in stop)
+
+    @staticmethod
+    def _sample(
+        logits: torch.Tensor,
+        temps: torch.Tensor,
+        top_ps: torch.Tensor,
+        gens: list[torch.Generator],
+        want_lp: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-row greedy / temperature / nucleus sampling on a [B, V] logit matrix."""
+        B, V = logits.shape
+        lp_all = torch.log_softmax(logits, dim=-1) if want_lp else None
+        greedy = temps <= 0
+        choice = logits.argmax(dim=-1)
+        if not bool(greedy.all()):
+            t = torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(1)
+            probs = torch.softmax(logits / t, dim=-1)
+            need_top_p = top_ps < 1.0
+            if bool(need_top_p.any()):
+                sp, si = probs.sort(dim=-1, descending=True)
+                cum = sp.cumsum(dim=-1)
+                # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+                drop = (cum - sp) >= top_ps.unsqueeze(1)
+                sp = sp.masked_fill(drop & need_top_p.unsqueeze(1), 0.0)
+                probs = torch.zeros_like(probs).scatter(1, si, sp)
+            for b in range(B):
+                if not bool(greedy[b]):
+                    choice[b] = torch.multinomial(probs[b], 1, generator=gens[b])[0]
+        lp = lp_all.gather(1, choice.view(-1, 1)).squeeze(1) if lp_all is not None else None
+        return choice, lp

@@ -1,0 +1,126 @@
+"""TransformersLLM: the batched decode loop against independent references —
+a full forward pass for log-probabilities and HF ``generate`` for greedy text."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from agents.llm import SamplingParams, load_llm
+
+PROMPTS = [
+    "What is 2+2?",
+    "Name a colour.",
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}],
+    "Write one sentence about the sea, please, in a calm tone.",
+]
+
+
+def _full_forward_logprobs(llm, prompt, tokens):
+    ids = llm.encode_prompts([prompt])[0]
+    x = torch.tensor([ids + tokens])
+    with torch.no_grad():
+        logits = llm.model(x).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    return [float(lp[len(ids) - 1 + i, t]) for i, t in enumerate(tokens)]
+
+
+def test_logprobs_match_full_forward_pass(tiny_llm):
+    outs = tiny_llm.generate(PROMPTS, SamplingParams(temperature=1.0, seed=1, max_new_tokens=12, logprobs=True))
+    for prompt, comps in zip(PROMPTS, outs):
+        c = comps[0]
+        assert len(c.logprobs) == len(c.token_ids) == c.usage.completion_tokens
+        ref = _full_forward_logprobs(tiny_llm, prompt, c.token_ids)
+        assert c.logprobs == pytest.approx(ref, abs=2e-4)
+
+
+def test_greedy_batched_equals_hf_generate_one_by_one(tiny_llm):
+    outs = tiny_llm.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=10))
+    for prompt, comps in zip(PROMPTS, outs):
+        ids = torch.tensor([tiny_llm.encode_prompts([prompt])[0]])
+        ref = tiny_llm.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
+            eos_token_id=sorted(tiny_llm.eos_ids), pad_token_id=tiny_llm.tokenizer.pad_token_id,
+        )[0, ids.shape[1]:].tolist()
+        assert comps[0].token_ids == ref[: len(comps[0].token_ids)]
+        assert len(comps[0].token_ids) == len(ref)
+
+
+def test_per_row_params_in_one_call(tiny_llm):
+    params = [
+        SamplingParams(temperature=0, max_new_tokens=3),
+        SamplingParams(temperature=0, max_new_tokens=7),
+        SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=5, seed=3),
+        SamplingParams(temperature=0.7, max_new_tokens=1, n=3, seed=4),
+    ]
+    calls = tiny_llm.calls
+    outs = tiny_llm.generate(PROMPTS, params)
+    assert tiny_llm.calls == calls + 1
+    assert [len(o) for o in outs] == [1, 1, 1, 3]
+    assert [s.sample_index for s in outs[3]] == [0, 1, 2]
+    for comps, p in zip(outs, params):
+        for c in comps:
+            assert len(c.token_ids) <= p.max_new_tokens
+            if c.finish_reason == "length":
+                assert len(c.token_ids) == p.max_new_tokens
+
+
+def test_seed_reproducible_and_samples_differ(tiny_llm):
+    p = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11, n=4)
+    a = tiny_llm.generate(["hello"], p)[0]
+    b = tiny_llm.generate(["hello"], p)[0]
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert len({tuple(c.token_ids) for c in a}) > 1  # n samples are not copies
+
+
+def test_top_p_tiny_keeps_only_the_argmax(tiny_llm):
+    greedy = tiny_llm.generate(["Tell me"], SamplingParams(temperature=0, max_new_tokens=6))[0][0]
+    nucleus = tiny_llm.generate(["Tell me"], SamplingParams(temperature=1.5, top_p=1e-6, max_new_tokens=6, seed=5))[0][0]
+    assert nucleus.token_ids == greedy.token_ids
+
+
+@pytest.mark.slow
+def test_embedded_model_answers_offline_and_stops(embedded_llm):
+    out = embedded_llm.generate(
+        ["Count from 1 to 10 separated by commas.", "What is the capital of France?"],
+        [SamplingParams(temperature=0, max_new_tokens=40, stop=["5"]), SamplingParams(temperature=0, max_new_tokens=30)],
+    )
+    counted = out[0][0]
+    assert "5" not in counted.text and "4" in counted.text
+    assert counted.finish_reason == "stop"
+    assert "paris" in out[1][0].text.lower()
+    assert out[1][0].usage.prompt_tokens > 5
+
+
+@pytest.mark.slow
+def test_embedded_second_load_is_fast(embedded_dir):
+    from agents.llm.transformers_llm import TransformersLLM
+
+    t0 = time.perf_counter()
+    llm = TransformersLLM(embedded_dir)
+    assert time.perf_counter() - t0 < 5.0
+    assert llm.model.config.tie_word_embeddings
+    # the tied head is the embedding matrix, not a separate (missing) tensor
+    assert torch.equal(llm.model.lm_head.weight, llm.model.model.embed_tokens.weight)
+
+
+def test_load_llm_shares_instances_and_rejects_bad_uris(tmp_path):
+    from agents.llm import FunctionLLM, UnknownLLM
+
+    a = load_llm("function:tests.agents.test_transformers_llm:_echo")
+    assert a is load_llm("function:tests.agents.test_transformers_llm:_echo")
+    assert isinstance(a, FunctionLLM)
+    assert a.generate(["ping"])[0][0].text == "echo ping"
+    for bad in ["", "nope", "openai:http://x", "function:nomodule", "weird:thing"]:
+        with pytest.raises(UnknownLLM):
+            load_llm(bad)
+    with pytest.raises(FileNotFoundError):
+        load_llm(f"hf:{tmp_path / 'missing'}")
+    with pytest.raises(FileNotFoundError):
+        load_llm(f"gguf:{tmp_path / 'missing.gguf'}")
+
+
+def _echo(messages):
+    return "echo " + messages[-1]["content"]
