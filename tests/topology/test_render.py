@@ -1,0 +1,152 @@
+"""Mermaid text and PNG drawings of graphs and traces."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from topology.graph import Graph
+from topology.render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
+from topology.trace import Trace, TraceEvent
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _chain() -> Graph:
+    return Graph.build(
+        "chain",
+        [{"id": "plan", "role": "planner"}, {"id": "code", "role": "coder"}, {"id": "test", "role": "tester"}],
+        [("plan", "code"), ("code", "test")],
+    )
+
+
+def _debate() -> Graph:
+    return Graph.build(
+        "debate",
+        [
+            {"id": "alice", "role": "solver"},
+            {"id": "bob", "role": "solver"},
+            {"id": "judge", "role": "aggregator"},
+            {"id": "check", "kind": "function", "function": "pkg.mod:check"},
+            {"id": "search", "kind": "tool", "function": "search"},
+        ],
+        [("alice", "bob"), ("bob", "alice"), ("alice", "judge"), ("bob", "judge", "votes"), ("judge", "check"),
+         ("search", "alice"), ("check", "check")],
+        rounds=2,
+        final="judge",
+    )  # fmt: skip
+
+
+def _event(sender: str, receivers: list[str], tokens: int, step: int = 0, role: str | None = "solver") -> TraceEvent:
+    return TraceEvent(
+        step=step, round=0, sender=sender, receivers=receivers, kind="agent", role=role, prompt=[], output="x",
+        completion_tokens=tokens,
+    )  # fmt: skip
+
+
+def _debate_trace() -> Trace:
+    return Trace(
+        [
+            _event("alice", ["bob", "judge"], 120, 0),
+            _event("bob", ["alice", "judge"], 30, 0),
+            _event("alice", ["bob", "judge"], 3, 1),
+            _event("judge", ["check"], 7, 2, role="aggregator"),
+        ]
+    )
+
+
+def _assert_png(path: Path, min_bytes: int = 3000) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > min_bytes
+    # The IHDR chunk holds the image size; a drawing is not a speck.
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 200 and height >= 100
+
+
+# -- Mermaid ----------------------------------------------------------------------
+
+
+def test_graph_mermaid_nodes_edges_shapes_and_final():
+    text = graph_to_mermaid(_debate())
+    lines = text.splitlines()
+    assert lines[0] == "flowchart TD"
+    assert '    alice["alice<br/>solver"]' in lines
+    assert '    check[["check<br/>function"]]' in lines  # function: subroutine shape
+    assert '    search{{"search<br/>tool"}}' in lines  # tool: hexagon
+    for edge in ["alice --> bob", "bob --> alice", "bob -->|votes| judge", "judge --> check", "check --> check"]:
+        assert f"    {edge}" in lines
+    assert "    class judge final" in lines
+    assert graph_to_mermaid(_chain(), direction="LR").startswith("flowchart LR\n")
+    with pytest.raises(ValueError, match="direction"):
+        graph_to_mermaid(_chain(), direction="sideways")
+
+
+def test_mermaid_ids_are_escaped():
+    g = Graph.build(
+        "odd",
+        [{"id": "end", "role": "solver"}, {"id": "a.b-c", "role": "solver"}, {"id": "a_b_c", "role": "solver"},
+         {"id": "_x", "role": "custom<b>", "prompt": 'Say "hi" | bye'}],
+        [("end", "a.b-c"), ("a.b-c", "a_b_c"), ("a_b_c", "_x", 'say "x" | y')],
+    )  # fmt: skip
+    text = graph_to_mermaid(g)
+    ids = re.findall(r"^    (\w+)[\[{]", text, flags=re.MULTILINE)
+    assert ids == ["end_", "a_b_c", "a_b_c_2", "_x"]  # keyword avoided, collisions made unique
+    assert all(re.fullmatch(r"[A-Za-z_]\w*", i) for i in ids)
+    assert '"a.b-c<br/>solver"' in text  # the real id stays in the label
+    assert "custom#lt;b#gt;" in text
+    assert "-->|say #quot;x#quot; #124; y| _x" in text
+    assert "end_ --> a_b_c" in text and "a_b_c --> a_b_c_2" in text
+
+
+def test_trace_mermaid_tokens_and_calls():
+    text = trace_to_mermaid(_debate_trace(), _debate())
+    lines = text.splitlines()
+    assert "    alice -->|123 tok| bob" in lines  # 120 + 3 over two rounds
+    assert "    bob -->|30 tok| alice" in lines
+    assert "    alice -->|123 tok| judge" in lines
+    assert "    judge -->|7 tok| check" in lines
+    assert "    search -.-> alice" in lines  # a graph edge that carried nothing
+    assert '    alice["alice<br/>solver<br/>2 calls"]' in lines
+    assert '    judge["judge<br/>aggregator<br/>1 call"]' in lines
+    assert '    search{{"search<br/>tool<br/>0 calls"}}' in lines
+
+
+def test_trace_mermaid_without_graph_uses_senders_and_receivers():
+    text = trace_to_mermaid(_debate_trace())
+    assert "    alice -->|123 tok| bob" in text
+    assert '    check["check<br/>agent<br/>0 calls"]' in text  # only ever a receiver
+    assert "search" not in text and "-.->" not in text
+
+
+# -- PNG --------------------------------------------------------------------------
+
+
+def test_png_of_a_chain(tmp_path: Path):
+    out = render_graph_png(_chain(), tmp_path / "deep" / "chain.png", title="A chain")
+    assert out == tmp_path / "deep" / "chain.png"
+    _assert_png(out)
+
+
+def test_png_of_a_cyclic_graph_and_a_single_node(tmp_path: Path):
+    _assert_png(render_graph_png(_debate(), tmp_path / "debate.png"))
+    one = Graph.build("one", [{"id": "solo", "role": "solver"}])
+    _assert_png(render_graph_png(one, tmp_path / "one.png"), min_bytes=1500)
+
+
+def test_png_of_fifty_nodes(tmp_path: Path):
+    nodes = [{"id": f"n{i}", "role": "solver"} for i in range(50)]
+    edges = [(f"n{i}", f"n{i + 10}") for i in range(40)]
+    _assert_png(render_graph_png(Graph.build("grid", nodes, edges), tmp_path / "fifty.png"))
+
+
+def test_png_of_traces(tmp_path: Path):
+    with_graph = render_trace_png(_debate_trace(), tmp_path / "trace.png", _debate(), title="debate run")
+    without = render_trace_png(_debate_trace(), tmp_path / "trace_only.png")
+    _assert_png(with_graph)
+    _assert_png(without)
+    assert with_graph.read_bytes() != without.read_bytes()
+    # An empty trace still draws (its graph).
+    _assert_png(render_trace_png(Trace(), tmp_path / "empty.png", _chain()))
