@@ -18,6 +18,7 @@ from .llm import (
     load_llm,
 )
 from .parsers import answers_match, extract_code, extract_code_blocks, extract_final_answer, extract_yaml_block, normalize_answer
+from .sandbox import Sandbox, SandboxResult, bwrap_available, run_python
 from .roles import CONDUCTOR_ROLES, ROLE_PROMPTS, canonical_role, known_roles, register_role, role_prompt
 
 __all__ = [
@@ -40,6 +41,10 @@ __all__ = [
     "extract_final_answer",
     "extract_yaml_block",
     "normalize_answer",
+    "Sandbox",
+    "SandboxResult",
+    "bwrap_available",
+    "run_python",
     "CONDUCTOR_ROLES",
     "ROLE_PROMPTS",
     "canonical_role",

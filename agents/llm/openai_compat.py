@@ -1,0 +1,703 @@
+"""Any server that speaks the OpenAI chat-completions API, as an :class:`~agents.llm.base.LLM`.
+
+``vllm serve``, llama.cpp's ``llama-server``, SGLang, TGI, Ollama and OpenAI
+itself all answer ``POST {base_url}/chat/completions``. :class:`OpenAICompatibleLLM`
+turns a batch of prompts into concurrent requests to such a server and the
+answers into :class:`~agents.llm.base.Completion` objects, in prompt order.
+
+``base_url`` is what OpenAI clients take: the URL *including* the version
+prefix, e.g. ``http://127.0.0.1:8000/v1``; requests go to
+``base_url + "/chat/completions"``.
+
+Rules worth knowing (servers differ, so these are spelled out):
+
+Requests
+    One request per prompt carrying ``n``, ``temperature``, ``top_p``,
+    ``max_tokens`` (from ``max_new_tokens``), ``stop`` (at most the first
+    four strings, the limit of the OpenAI API), ``seed`` when set and
+    ``logprobs: true`` when asked. ``extra_body`` is merged in last, so it can
+    add server-specific fields (``{"top_k": 20}``, ``{"return_token_ids":
+    True}`` for vLLM) or override the standard ones. A server that returns
+    fewer than ``n`` choices (some ignore ``n``) is asked again for the rest;
+    when a seed is set, a follow-up request uses ``seed + samples already
+    held`` so that the extra samples differ yet stay reproducible.
+
+Text, stop strings and finish reasons
+    Stop strings are also applied on the client (every one of them, not just
+    the four sent), because servers differ in whether and how they apply them;
+    a cut sets ``finish_reason="stop"``. Otherwise the server's finish reason
+    passes through (``"stop"``, ``"length"``, or anything else it reports;
+    a missing one counts as ``"stop"``).
+
+Log-probabilities and token ids
+    ``Completion.logprobs`` comes from ``choices[i].logprobs.content[j].logprob``.
+    The OpenAI API returns no token ids, so ``Completion.token_ids`` is empty,
+    unless the server adds vLLM's ``choices[i].token_ids`` extension (ask for
+    it with ``extra_body={"return_token_ids": True}`` on vLLM >= 0.10.2).
+    When the client cuts the text at a stop string, log-probabilities and
+    token ids are cut to the tokens that start inside the kept text (this
+    needs the token strings of ``logprobs.content``; without them the lists are
+    left whole).
+
+Usage
+    A response's ``usage.prompt_tokens`` is assigned to the first completion
+    taken from that response, so that summing the usage of all completions
+    gives what the server counted. Completion tokens per choice are exact
+    when the choice carries token ids or log-probabilities (their length);
+    otherwise the response's ``usage.completion_tokens`` is split across its
+    choices in proportion to their text lengths (integer shares that add up);
+    a server that reports no usage at all gets whitespace-word estimates.
+    Usage counts what the server generated, before any client-side cut.
+
+Concurrency, timeouts and retries
+    Requests run on a per-instance pool of ``max_concurrency`` threads sharing
+    one pooled ``httpx.Client``, so the limit holds across concurrent
+    ``generate`` calls, and ``generate`` works from plain code and from inside
+    a running event loop alike (it blocks its caller). No phase of an attempt
+    (connect, send, each read) waits longer than ``timeout_s``, and a body
+    still arriving after ``timeout_s`` is abandoned. HTTP 408, 429, 500, 502,
+    503 and 504, connection errors, timeouts and malformed responses (invalid
+    JSON, no ``choices``) are retried up to ``max_retries`` times with
+    exponential backoff and jitter (``backoff_s * 2**k``, capped at
+    ``backoff_max_s``, drawn from its upper half); a ``Retry-After`` header
+    (seconds or HTTP date; or ``retry-after-ms``) replaces the backoff, capped
+    at ``backoff_max_s``. Other statuses (400, 401, 404, ...) fail at once.
+    Failing raises :class:`LLMServerError`, naming the URL, the model, the
+    number of attempts and the last error; a failed prompt fails the whole
+    batch and stops the retries of its other prompts.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import httpx
+
+from .base import (
+    ChatMessage,
+    Completion,
+    Prompt,
+    SamplingParams,
+    Usage,
+    broadcast_params,
+    normalize_prompt,
+    truncate_at_stop,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RETRY_STATUSES", "LLMServerError", "OpenAICompatibleLLM"]
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt: timeouts, rate limits, overloaded or restarting servers."""
+
+MAX_STOP_SENT = 4  # the OpenAI API rejects more; the rest are applied client-side
+_EXCERPT_CHARS = 300
+
+
+class LLMServerError(RuntimeError):
+    """A chat-completions server could not give an answer.
+
+    Attributes say what happened: ``url`` (the endpoint), ``model``,
+    ``attempts`` (requests sent for the failing prompt), ``status`` (the last
+    HTTP status, ``None`` for connection errors and timeouts), ``body`` (an
+    excerpt of the last response body) and ``retryable`` (whether the last
+    error was of a kind that is retried, i.e. the retries ran out).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        model: str,
+        attempts: int,
+        status: int | None = None,
+        body: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.model = model
+        self.attempts = attempts
+        self.status = status
+        self.body = body
+        self.retryable = retryable
+
+
+class _AttemptError(Exception):
+    """One failed attempt: what went wrong and whether another attempt may help."""
+
+    def __init__(
+        self,
+        description: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(description)
+        self.description = description
+        self.retryable = retryable
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class _Cancelled(Exception):
+    """Raised in a worker whose batch already failed, or whose client was closed."""
+
+
+@dataclass
+class _Choice:
+    text: str
+    finish_reason: str
+    logprobs: list[float] | None
+    tokens: list[str] | None  # token strings from logprobs.content, when every entry has one
+    token_ids: list[int] | None
+
+
+@dataclass
+class _Response:
+    choices: list[_Choice]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def _excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _server_message(text: str) -> str:
+    """The error message inside an error body (OpenAI, vLLM, llama.cpp and FastAPI shapes), else an excerpt."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _excerpt(text) or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return _excerpt(err["message"])
+        for value in (err, data.get("message"), data.get("detail")):
+            if isinstance(value, str):
+                return _excerpt(value)
+    return _excerpt(text)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks us to wait (``retry-after-ms``, ``Retry-After`` seconds or HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+            if math.isfinite(value):
+                return max(0.0, value)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+        return max(0.0, value) if math.isfinite(value) else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_choice(raw: Any, k: int) -> _Choice:
+    if not isinstance(raw, dict):
+        raise TypeError(f"choices[{k}] is not an object")
+    message = raw.get("message")
+    if not isinstance(message, dict):
+        raise TypeError(f"choices[{k}] has no 'message' object")
+    content = message.get("content")
+    if content is None:
+        content = ""
+    if not isinstance(content, str):
+        raise TypeError(f"choices[{k}].message.content is {type(content).__name__}, expected a string")
+    finish = raw.get("finish_reason")
+    finish = "stop" if finish is None else str(finish)
+
+    logprobs: list[float] | None = None
+    tokens: list[str] | None = None
+    lp = raw.get("logprobs")
+    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+        logprobs, token_strs = [], []
+        for j, entry in enumerate(lp["content"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("logprob"), (int, float)):
+                raise TypeError(f"choices[{k}].logprobs.content[{j}] has no numeric 'logprob'")
+            logprobs.append(float(entry["logprob"]))
+            token_strs.append(entry.get("token"))
+        if all(isinstance(t, str) for t in token_strs):
+            tokens = token_strs
+    elif lp is not None and not isinstance(lp, dict):
+        raise TypeError(f"choices[{k}].logprobs is {type(lp).__name__}, expected an object or null")
+
+    token_ids: list[int] | None = None
+    ids = raw.get("token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
+            raise TypeError(f"choices[{k}].token_ids is not a list of integers")
+        token_ids = list(ids)
+    return _Choice(content, finish, logprobs, tokens, token_ids)
+
+
+def _parse_response(data: Any) -> _Response:
+    """Check and extract a chat-completions response; a malformed one raises a retryable error."""
+    try:
+        if not isinstance(data, dict):
+            raise TypeError(f"the body is a JSON {type(data).__name__}, expected an object")
+        raw_choices = data.get("choices")
+        if not isinstance(raw_choices, list) or not raw_choices:
+            raise ValueError("the response has no 'choices'")
+        choices = [_parse_choice(c, k) for k, c in enumerate(raw_choices)]
+        indices = [c.get("index") for c in raw_choices]
+        if all(_is_int(i) for i in indices):
+            choices = [c for _, c in sorted(zip(indices, choices), key=lambda t: t[0])]
+        usage = data.get("usage")
+        prompt_tokens = completion_tokens = None
+        if isinstance(usage, dict):
+            if _is_int(usage.get("prompt_tokens")):
+                prompt_tokens = usage["prompt_tokens"]
+            if _is_int(usage.get("completion_tokens")):
+                completion_tokens = usage["completion_tokens"]
+    except (TypeError, ValueError) as e:
+        raise _AttemptError(f"malformed response: {e}", retryable=True, status=200) from None
+    return _Response(choices, prompt_tokens, completion_tokens)
+
+
+def _split_proportionally(total: int, weights: Sequence[int]) -> list[int]:
+    """Integer shares of ``total`` proportional to ``weights`` that add up to ``total`` (largest remainder)."""
+    if not weights:
+        return []
+    if sum(weights) <= 0:
+        weights = [1] * len(weights)
+    wsum = sum(weights)
+    exact = [total * w / wsum for w in weights]
+    shares = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - shares[i]), i))
+    for i in order[: total - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def _choice_token_counts(resp: _Response) -> list[int]:
+    """Completion tokens per choice, by the rule in the module docstring."""
+    exact: list[int] = []
+    for ch in resp.choices:
+        if ch.token_ids is not None:
+            exact.append(len(ch.token_ids))
+        elif ch.logprobs is not None:
+            exact.append(len(ch.logprobs))
+        else:
+            break
+    else:
+        return exact
+    if resp.completion_tokens is not None:
+        return _split_proportionally(resp.completion_tokens, [len(ch.text) for ch in resp.choices])
+    return [len(ch.text.split()) for ch in resp.choices]
+
+
+def _tokens_kept(tokens: Sequence[str], kept_chars: int) -> int:
+    """How many tokens start inside the first ``kept_chars`` characters of their concatenation."""
+    n, pos = 0, 0
+    for t in tokens:
+        if pos >= kept_chars:
+            break
+        n += 1
+        pos += len(t)
+    return n
+
+
+def _check_base_url(base_url: Any) -> str:
+    if not isinstance(base_url, str) or not base_url.strip():
+        raise ValueError(f"base_url must be a non-empty string like 'http://127.0.0.1:8000/v1', got {base_url!r}")
+    url = base_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"base_url must be an http(s) URL like 'http://127.0.0.1:8000/v1', got {base_url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"base_url must not carry a query or fragment, got {base_url!r}")
+    if parts.path.endswith("/chat/completions"):
+        raise ValueError(
+            f"base_url {base_url!r} names the endpoint; give the base URL instead, "
+            f"e.g. {url[: -len('/chat/completions')]!r}"
+        )
+    return url
+
+
+class OpenAICompatibleLLM:
+    """An :class:`~agents.llm.base.LLM` backed by an OpenAI-compatible chat-completions server.
+
+    ``api_key`` defaults to the ``OPENAI_API_KEY`` environment variable when
+    it is set; without a key no ``Authorization`` header is sent (local
+    servers need none). See the module docstring for the request, usage,
+    retry and concurrency rules. ``stats`` counts what happened; use the
+    instance as a context manager, or call :meth:`close`, to release its
+    threads and connections.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        max_concurrency: int = 8,
+        timeout_s: float = 60,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 20,
+        name: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.base_url = _check_base_url(base_url)
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be a non-empty string, got {model!r}")
+        if not _is_int(max_concurrency) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
+        if not isinstance(timeout_s, (int, float)) or not (0 < timeout_s < math.inf):
+            raise ValueError(f"timeout_s must be a positive finite number of seconds, got {timeout_s!r}")
+        if not _is_int(max_retries) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        for label, value in (("backoff_s", backoff_s), ("backoff_max_s", backoff_max_s)):
+            if not isinstance(value, (int, float)) or not (0 <= value < math.inf):
+                raise ValueError(f"{label} must be a non-negative finite number of seconds, got {value!r}")
+        if extra_body is not None:
+            if not isinstance(extra_body, Mapping):
+                raise TypeError(f"extra_body must be a mapping, got {type(extra_body).__name__}")
+            try:
+                json.dumps(dict(extra_body))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"extra_body must be JSON-serialisable: {e}") from None
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"name must be a non-empty string or None, got {name!r}")
+
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max_retries
+        self.backoff_s = float(backoff_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
+        self.name = name if name is not None else f"openai:{self.base_url}#{model}"
+        self.endpoint = f"{self.base_url}/chat/completions"
+
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._has_key = bool(key)
+        headers = {"Accept": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout_s),
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+        )
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="openai-llm")
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._active: set[threading.Event] = set()  # cancel events of running generate() calls
+        self._warned_no_logprobs = False
+        self._stats: dict[str, int] = {}
+        self.reset_stats()
+
+    # ------------------------------------------------------------ observation
+    @property
+    def stats(self) -> dict[str, int]:
+        """A snapshot of the counters.
+
+        ``generate_calls``, ``prompts``, ``requests`` (HTTP attempts sent),
+        ``retries``, ``failures`` (prompts given up on), ``completions``,
+        ``prompt_tokens`` and ``completion_tokens`` (as counted in the
+        completions' usage).
+        """
+        with self._lock:
+            return dict(self._stats)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = dict.fromkeys(
+                (
+                    "generate_calls",
+                    "prompts",
+                    "requests",
+                    "retries",
+                    "failures",
+                    "completions",
+                    "prompt_tokens",
+                    "completion_tokens",
+                ),
+                0,
+            )
+
+    def _bump(self, key: str, by: int = 1) -> None:
+        with self._lock:
+            self._stats[key] += by
+
+    def __repr__(self) -> str:
+        extra = f", name={self.name!r}" if self.name != f"openai:{self.base_url}#{self.model}" else ""
+        return (
+            f"OpenAICompatibleLLM(base_url={self.base_url!r}, model={self.model!r}, "
+            f"max_concurrency={self.max_concurrency}, timeout_s={self.timeout_s:g}, "
+            f"max_retries={self.max_retries}, api_key={'set' if self._has_key else 'none'}{extra}"
+            f"{', closed' if self._closed.is_set() else ''})"
+        )
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Stop retries, wait for requests already on the wire (each bounded by the timeout), free connections."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with self._lock:
+            active = list(self._active)
+        for cancel in active:
+            cancel.set()
+        # Queued requests still run, but only to see their cancel event and stop at
+        # once: futures cancelled by ``shutdown(cancel_futures=True)`` would never wake
+        # the ``concurrent.futures.wait`` in ``generate``.
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- generation
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[list[Completion]]:
+        """One list of ``params.n`` completions per prompt, in prompt order."""
+        if self._closed.is_set():
+            raise RuntimeError(f"{self.name}: generate() called after close()")
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError(
+                f"prompts must be a list of prompts (wrap a single prompt in a list), got {type(prompts).__name__}"
+            )
+        plist = broadcast_params(params, len(prompts))
+        messages = [normalize_prompt(p) for p in prompts]
+        self._bump("generate_calls")
+        self._bump("prompts", len(messages))
+        if not messages:
+            return []
+
+        cancel = threading.Event()
+        with self._lock:
+            self._active.add(cancel)
+        if self._closed.is_set():  # close() ran since the check above and missed this batch
+            cancel.set()
+        try:
+            futures = [
+                self._pool.submit(self._complete_prompt, i, m, p, cancel)
+                for i, (m, p) in enumerate(zip(messages, plist))
+            ]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+            if not failed and not any(f.cancelled() for f in futures):
+                return [f.result() for f in futures]
+            cancel.set()
+            for f in futures:
+                f.cancel()
+            real = [f.exception() for f in failed if not isinstance(f.exception(), _Cancelled)]
+            if real:
+                raise real[0]
+            raise RuntimeError(f"{self.name}: closed while generate() was running")
+        finally:
+            cancel.set()
+            with self._lock:
+                self._active.discard(cancel)
+
+    def _request_body(self, messages: list[ChatMessage], p: SamplingParams, n: int, seed: int | None) -> dict:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "n": n,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "max_tokens": p.max_new_tokens,
+        }
+        if p.stop:
+            body["stop"] = list(p.stop[:MAX_STOP_SENT])
+        if seed is not None:
+            body["seed"] = seed
+        if p.logprobs:
+            body["logprobs"] = True
+        body.update(self.extra_body)
+        return body
+
+    def _complete_prompt(
+        self, index: int, messages: list[ChatMessage], p: SamplingParams, cancel: threading.Event
+    ) -> list[Completion]:
+        out: list[Completion] = []
+        while len(out) < p.n:
+            need = p.n - len(out)
+            seed = p.seed if (p.seed is None or not out) else p.seed + len(out)
+            resp = self._post(self._request_body(messages, p, need, seed), cancel)
+            if len(resp.choices) > need:
+                log.warning(
+                    "%s: server returned %d choices for n=%d; keeping the first %d",
+                    self.name,
+                    len(resp.choices),
+                    need,
+                    need,
+                )
+            elif len(resp.choices) < need:
+                log.info(
+                    "%s: server returned %d of %d choices (it may ignore 'n'); asking for the rest",
+                    self.name,
+                    len(resp.choices),
+                    need,
+                )
+            counts = _choice_token_counts(resp)
+            if resp.prompt_tokens is not None:
+                prompt_tokens = resp.prompt_tokens
+            else:
+                prompt_tokens = sum(len(m["content"].split()) for m in messages)
+            for k, (ch, n_tokens) in enumerate(zip(resp.choices[:need], counts[:need])):
+                out.append(self._to_completion(ch, n_tokens, prompt_tokens if k == 0 else 0, p, index, len(out)))
+        self._bump("completions", len(out))
+        self._bump("prompt_tokens", sum(c.usage.prompt_tokens for c in out))
+        self._bump("completion_tokens", sum(c.usage.completion_tokens for c in out))
+        return out
+
+    def _to_completion(
+        self, ch: _Choice, n_tokens: int, prompt_tokens: int, p: SamplingParams, index: int, sample: int
+    ) -> Completion:
+        text, stopped = truncate_at_stop(ch.text, p.stop)
+        finish = "stop" if stopped else ch.finish_reason
+        logprobs = ch.logprobs
+        token_ids = ch.token_ids
+        if stopped and ch.tokens is not None:
+            keep = _tokens_kept(ch.tokens, len(text))
+            if logprobs is not None:
+                logprobs = logprobs[:keep]
+            if token_ids is not None and len(token_ids) == len(ch.tokens):
+                token_ids = token_ids[:keep]
+        if p.logprobs and logprobs is None and not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            log.warning("%s: log-probabilities were requested but the server returned none", self.name)
+        return Completion(
+            text=text,
+            token_ids=list(token_ids) if token_ids is not None else [],
+            logprobs=list(logprobs) if (p.logprobs and logprobs is not None) else None,
+            finish_reason=finish,
+            usage=Usage(prompt_tokens, n_tokens),
+            prompt_index=index,
+            sample_index=sample,
+        )
+
+    # ------------------------------------------------------------------ HTTP
+    def _post(self, body: dict, cancel: threading.Event) -> _Response:
+        """Send one request with retries; return the parsed response or raise :class:`LLMServerError`."""
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            if cancel.is_set():
+                raise _Cancelled()
+            self._bump("requests")
+            try:
+                return self._attempt(body)
+            except _AttemptError as e:
+                if not e.retryable:
+                    self._bump("failures")
+                    raise self._give_up(attempt, e) from None
+                if attempt == attempts:
+                    self._bump("failures")
+                    raise self._give_up(attempt, e) from None
+                delay = self._backoff(attempt, e.retry_after)
+                self._bump("retries")
+                log.warning(
+                    "%s: attempt %d/%d failed (%s); retrying in %.2f s",
+                    self.name,
+                    attempt,
+                    attempts,
+                    e.description,
+                    delay,
+                )
+                if cancel.wait(delay):
+                    raise _Cancelled() from None
+        raise AssertionError("unreachable: the retry loop always returns or raises")
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.backoff_max_s)
+        base = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+        return base / 2 + self._rng.uniform(0.0, base / 2)
+
+    def _give_up(self, attempts: int, e: _AttemptError) -> LLMServerError:
+        how = "" if e.retryable else " (not retried: the server rejected the request)"
+        return LLMServerError(
+            f"{self.endpoint} (model {self.model!r}) failed after {attempts} "
+            f"attempt{'s' if attempts != 1 else ''}{how}: {e.description}",
+            url=self.endpoint,
+            model=self.model,
+            attempts=attempts,
+            status=e.status,
+            body=e.body,
+            retryable=e.retryable,
+        )
+
+    def _attempt(self, body: dict) -> _Response:
+        """One HTTP request: the parsed response, or an :class:`_AttemptError` saying what went wrong."""
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            with self._client.stream("POST", self.endpoint, json=body) as r:
+                chunks: list[bytes] = []
+                for chunk in r.iter_bytes():
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise _AttemptError(f"response body still arriving after {self.timeout_s:g} s", retryable=True)
+                raw = b"".join(chunks)
+                status = r.status_code
+                headers = r.headers
+        except httpx.TimeoutException as e:
+            raise _AttemptError(f"{type(e).__name__}: no answer within {self.timeout_s:g} s", retryable=True) from None
+        except httpx.UnsupportedProtocol as e:
+            raise _AttemptError(f"{type(e).__name__}: {e}", retryable=False) from None
+        except httpx.RequestError as e:
+            raise _AttemptError(f"{type(e).__name__}: {e or 'connection failed'}", retryable=True) from None
+
+        if not 200 <= status < 300:
+            text = raw.decode("utf-8", errors="replace")
+            raise _AttemptError(
+                f"HTTP {status}: {_server_message(text)}",
+                retryable=status in RETRY_STATUSES,
+                status=status,
+                body=_excerpt(text),
+                retry_after=_retry_after(headers),
+            )
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            text = _excerpt(raw.decode("utf-8", errors="replace"))
+            raise _AttemptError(
+                f"malformed JSON in HTTP {status} response ({e}): {text!r}", retryable=True, status=status, body=text
+            ) from None
+        return _parse_response(data)

@@ -1,0 +1,446 @@
+"""OpenAICompatibleLLM against a real HTTP server on localhost (tests/agents/openai_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+from agents.llm.base import LLM, SamplingParams
+from agents.llm.openai_compat import LLMServerError, OpenAICompatibleLLM
+from tests.agents.openai_server import OpenAITestServer, Reply, fake_logprob, fake_token_id, fake_tokenize
+
+FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy may intercept 127.0.0.1, and no API key may leak in from the environment."""
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def echo(messages: list[dict], body: dict) -> str:
+    return "echo: " + messages[-1]["content"]
+
+
+def n_tok(text: str) -> int:
+    return len(fake_tokenize(text))
+
+
+# --------------------------------------------------------------------- basics
+def test_plain_generation_in_order_with_usage_and_request_fields() -> None:
+    prompts = [f"question number {i}" for i in range(5)]
+    params = SamplingParams(temperature=0.3, top_p=0.9, max_new_tokens=50, stop=["\n\n"], seed=7)
+    with OpenAITestServer(echo) as srv, OpenAICompatibleLLM(srv.url, "tiny-model", **FAST) as llm:
+        assert isinstance(llm, LLM)
+        out = llm.generate(prompts, params)
+        bodies = sorted(srv.requests, key=lambda b: b["messages"][0]["content"])
+        stats = llm.stats
+
+    assert [len(row) for row in out] == [1] * 5
+    for i, row in enumerate(out):
+        c = row[0]
+        assert c.text == f"echo: question number {i}"
+        assert (c.prompt_index, c.sample_index) == (i, 0)
+        assert c.finish_reason == "stop"
+        assert c.usage.prompt_tokens == n_tok(prompts[i]) == 3
+        assert c.usage.completion_tokens == n_tok(c.text) == 4
+        assert c.logprobs is None and c.token_ids == []
+
+    assert len(bodies) == 5
+    for i, b in enumerate(bodies):
+        assert b["model"] == "tiny-model"
+        assert b["messages"] == [{"role": "user", "content": f"question number {i}"}]
+        assert b["temperature"] == 0.3 and b["top_p"] == 0.9
+        assert b["max_tokens"] == 50 and b["stop"] == ["\n\n"]
+        assert b["n"] == 1 and b["seed"] == 7
+        assert "logprobs" not in b
+    assert stats["requests"] == 5 and stats["retries"] == 0 and stats["failures"] == 0
+    assert stats["completions"] == 5 and stats["prompt_tokens"] == 15 and stats["completion_tokens"] == 20
+
+
+def test_chat_messages_per_prompt_params_and_length_finish() -> None:
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three four"}]
+    with OpenAITestServer(echo) as srv, OpenAICompatibleLLM(srv.url + "/", "m", **FAST) as llm:
+        out = llm.generate(
+            [chat, "short"],
+            [SamplingParams(max_new_tokens=2, temperature=0.0), SamplingParams(max_new_tokens=10)],
+        )
+        by_first = {b["messages"][0]["content"]: b for b in srv.requests}
+    assert out[0][0].text == "echo: one" and out[0][0].finish_reason == "length"
+    assert out[0][0].usage.prompt_tokens == 2 + 4
+    assert out[1][0].text == "echo: short" and out[1][0].finish_reason == "stop"
+    assert by_first["be brief"]["messages"] == chat
+    assert by_first["be brief"]["max_tokens"] == 2 and by_first["be brief"]["temperature"] == 0.0
+    assert by_first["short"]["max_tokens"] == 10 and "seed" not in by_first["short"] and "stop" not in by_first["short"]
+
+
+def test_n_samples_per_prompt() -> None:
+    def responder(messages: list[dict], body: dict, sample_index: int) -> str:
+        return f"{messages[-1]['content']} sample {sample_index}"
+
+    with OpenAITestServer(responder) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        out = llm.generate(["a", "b"], SamplingParams(n=3))
+        assert len(srv.requests) == 2 and all(b["n"] == 3 for b in srv.requests)
+    for i, p in enumerate("ab"):
+        assert [c.sample_index for c in out[i]] == [0, 1, 2]
+        assert [c.prompt_index for c in out[i]] == [i, i, i]
+        assert [c.text for c in out[i]] == [f"{p} sample {s}" for s in range(3)]
+        # the prompt is counted once, on the first completion of the response
+        assert [c.usage.prompt_tokens for c in out[i]] == [1, 0, 0]
+        assert [c.usage.completion_tokens for c in out[i]] == [3, 3, 3]
+
+
+def test_server_ignoring_n_is_topped_up_with_shifted_seeds() -> None:
+    def responder(messages: list[dict], body: dict) -> str:
+        return f"seed {body.get('seed')}"
+
+    with OpenAITestServer(responder, max_choices=1) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        out = llm.generate(["x"], SamplingParams(n=3, seed=10))
+        sent = [(b["n"], b["seed"]) for b in srv.requests]
+    assert sent == [(3, 10), (2, 11), (1, 12)]
+    assert [c.text for c in out[0]] == ["seed 10", "seed 11", "seed 12"]
+    assert [c.sample_index for c in out[0]] == [0, 1, 2]
+    # each response's prompt tokens go to the first completion taken from it
+    assert [c.usage.prompt_tokens for c in out[0]] == [1, 1, 1]
+
+
+def test_logprobs_and_vllm_token_ids() -> None:
+    reply = "the quick brown fox"
+    with (
+        OpenAITestServer(lambda m, b: reply) as srv,
+        OpenAICompatibleLLM(srv.url, "m", extra_body={"return_token_ids": True}, **FAST) as llm,
+    ):
+        c = llm.generate(["hi"], SamplingParams(logprobs=True))[0][0]
+        body = srv.requests[0]
+    toks = fake_tokenize(reply)
+    assert body["logprobs"] is True and body["return_token_ids"] is True
+    assert c.logprobs == pytest.approx([fake_logprob(t) for t in toks])
+    assert c.token_ids == [fake_token_id(t) for t in toks]
+    assert c.usage.completion_tokens == len(toks) == 4
+
+
+def test_logprobs_not_requested_are_not_returned() -> None:
+    with OpenAITestServer(echo) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        c = llm.generate(["hi"], SamplingParams(logprobs=False))[0][0]
+    assert c.logprobs is None
+
+
+def test_stop_strings_are_applied_client_side() -> None:
+    reply = "alpha beta STOP gamma delta"
+    stops = ["<a>", "<b>", "<c>", "<d>", "STOP"]  # the fifth is never sent (OpenAI caps stop at 4)
+    with (
+        OpenAITestServer(lambda m, b: reply, apply_stop=False) as srv,
+        OpenAICompatibleLLM(srv.url, "m", **FAST) as llm,
+    ):
+        c = llm.generate(["go"], SamplingParams(stop=stops, logprobs=True))[0][0]
+        body = srv.requests[0]
+    assert body["stop"] == stops[:4]
+    assert c.text == "alpha beta "
+    assert c.finish_reason == "stop"
+    # tokens that start inside the kept text stay: " STOP" contributes its leading space
+    assert c.logprobs == pytest.approx([fake_logprob(t) for t in ("alpha", " beta", " STOP")])
+    assert c.usage.completion_tokens == 5  # what the server generated, before the client-side cut
+
+
+def test_length_finish_reason_kept_and_other_reasons_pass_through() -> None:
+    def responder(messages: list[dict], body: dict) -> Reply:
+        if messages[-1]["content"] == "filter":
+            return Reply("partial", finish_reason="content_filter")
+        return Reply("a b c d e f")
+
+    with OpenAITestServer(responder) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        out = llm.generate(["filter", "long"], SamplingParams(max_new_tokens=3))
+    assert out[0][0].finish_reason == "content_filter" and out[0][0].text == "partial"
+    assert out[1][0].finish_reason == "length" and out[1][0].text == "a b c"
+
+
+def test_usage_split_when_server_gives_no_per_choice_counts() -> None:
+    texts = ["x" * 30, "y" * 10]  # usage says 9 completion tokens for both together
+    with OpenAITestServer(echo) as srv:
+        # A scripted response: choices out of order, no logprobs or token ids, only total usage.
+        doc = {
+            "choices": [
+                {"index": 1, "message": {"role": "assistant", "content": texts[1]}, "finish_reason": "stop"},
+                {"index": 0, "message": {"role": "assistant", "content": texts[0]}, "finish_reason": "stop"},
+            ],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 9},
+        }
+        srv.add_faults(("json", doc))
+        with OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+            out = llm.generate(["p"], SamplingParams(n=2))[0]
+    assert [c.text for c in out] == texts  # sorted by choice index
+    assert [c.usage.completion_tokens for c in out] == [7, 2]  # 9 split 3:1 by text length
+    assert [c.usage.prompt_tokens for c in out] == [4, 0]
+
+
+def test_api_key_header_explicit_and_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    with OpenAITestServer(echo, api_key="sk-test") as srv:
+        with OpenAICompatibleLLM(srv.url, "m", api_key="sk-test", **FAST) as llm:
+            assert llm.generate(["hi"])[0][0].text == "echo: hi"
+            assert "sk-test" not in repr(llm)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        with OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+            assert llm.generate(["env"])[0][0].text == "echo: env"
+        monkeypatch.delenv("OPENAI_API_KEY")
+        with (
+            OpenAICompatibleLLM(srv.url, "m", **FAST) as llm,
+            pytest.raises(LLMServerError, match="Incorrect API key") as ei,
+        ):
+            llm.generate(["nokey"])
+        assert ei.value.status == 401 and ei.value.attempts == 1
+        assert [h.get("authorization") for h in srv.headers] == ["Bearer sk-test", "Bearer sk-test", None]
+
+
+def test_generate_works_inside_a_running_event_loop() -> None:
+    async def main(url: str) -> str:
+        with OpenAICompatibleLLM(url, "m", **FAST) as llm:
+            return llm.generate(["loop"])[0][0].text
+
+    with OpenAITestServer(echo) as srv:
+        assert asyncio.run(main(srv.url)) == "echo: loop"
+
+
+# ---------------------------------------------------------------- concurrency
+def test_concurrency_limit_is_respected() -> None:
+    prompts = [f"p{i}" for i in range(8)]
+    with OpenAITestServer(echo, delay_s=0.2) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", max_concurrency=2, **FAST) as llm:
+            t0 = time.perf_counter()
+            out = llm.generate(prompts)
+            slow = time.perf_counter() - t0
+        assert srv.max_in_flight == 2
+        assert [row[0].text for row in out] == [f"echo: p{i}" for i in range(8)]
+        assert slow >= 0.7
+
+        srv.reset()
+        with OpenAICompatibleLLM(srv.url, "m", max_concurrency=8, **FAST) as llm:
+            out = llm.generate(prompts)
+        assert srv.max_in_flight == 8  # all eight in flight at once (no timing assert: CI load varies)
+        assert [row[0].text for row in out] == [f"echo: p{i}" for i in range(8)]
+
+
+# -------------------------------------------------------------------- retries
+@pytest.mark.parametrize(
+    "faults",
+    [
+        [("status", 503), ("status", 503)],
+        [("drop",)],
+        [("malformed",)],
+        [("json", {"id": "x", "object": "chat.completion"})],  # valid JSON, no choices
+        [("status", 502), ("status", 504), ("status", 500)],
+    ],
+    ids=["503x2", "drop", "malformed", "no-choices", "502-504-500"],
+)
+def test_transient_faults_are_retried(faults: list[tuple], caplog: pytest.LogCaptureFixture) -> None:
+    with OpenAITestServer(echo, faults=faults) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        with caplog.at_level(logging.WARNING, logger="agents.llm.openai_compat"):
+            out = llm.generate(["again"])
+        assert out[0][0].text == "echo: again"
+        assert len(srv.requests) == len(faults) + 1
+        assert srv.faults_pending == 0
+        assert llm.stats["retries"] == len(faults) and llm.stats["requests"] == len(faults) + 1
+    retry_logs = [r for r in caplog.records if r.levelno == logging.WARNING and "retrying" in r.getMessage()]
+    assert len(retry_logs) == len(faults)
+
+
+def test_429_retry_after_replaces_backoff() -> None:
+    faults = [("status", 429, {"Retry-After": "0"})]
+    # a backoff of 5 s would make this slow: Retry-After: 0 must win
+    with (
+        OpenAITestServer(echo, faults=faults) as srv,
+        OpenAICompatibleLLM(srv.url, "m", backoff_s=5.0, backoff_max_s=5.0) as llm,
+    ):
+        t0 = time.perf_counter()
+        out = llm.generate(["rate"])
+        elapsed = time.perf_counter() - t0
+        assert llm.stats["retries"] == 1
+    assert out[0][0].text == "echo: rate"
+    assert elapsed < 2.0
+
+
+def test_retry_after_is_capped_by_backoff_max() -> None:
+    faults = [("status", 503, {"Retry-After": "30"})]
+    with OpenAITestServer(echo, faults=faults) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        t0 = time.perf_counter()
+        assert llm.generate(["cap"])[0][0].text == "echo: cap"
+        assert time.perf_counter() - t0 < 2.0
+
+
+def test_hang_longer_than_timeout_is_retried() -> None:
+    with OpenAITestServer(echo, faults=[("hang", 3.0)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", timeout_s=0.3, **FAST) as llm:
+            t0 = time.perf_counter()
+            out = llm.generate(["slow"])
+            elapsed = time.perf_counter() - t0
+            assert llm.stats["retries"] == 1
+        assert len(srv.requests) == 2
+    assert out[0][0].text == "echo: slow"
+    assert 0.3 <= elapsed < 2.0
+
+
+# ------------------------------------------------------------------- giving up
+def test_gives_up_after_max_retries_on_persistent_500() -> None:
+    with OpenAITestServer(echo, faults=[("status", 500)] * 10) as srv:
+        with OpenAICompatibleLLM(srv.url, "my-model", max_retries=3, **FAST) as llm:
+            with pytest.raises(LLMServerError) as ei:
+                llm.generate(["doomed"])
+            assert llm.stats["requests"] == 4 and llm.stats["retries"] == 3 and llm.stats["failures"] == 1
+        assert len(srv.requests) == 4
+        url = srv.url
+    msg = str(ei.value)
+    assert f"{url}/chat/completions" in msg and "'my-model'" in msg and "500" in msg and "4 attempts" in msg
+    assert ei.value.attempts == 4 and ei.value.status == 500 and ei.value.retryable
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_client_errors_fail_at_once_with_server_message(status: int) -> None:
+    body = {"error": {"message": f"bad thing number {status}", "type": "invalid_request_error"}}
+    with OpenAITestServer(echo, faults=[("status", status, None, body)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", max_retries=5, **FAST) as llm:
+            with pytest.raises(LLMServerError) as ei:
+                llm.generate(["bad"])
+            assert llm.stats["retries"] == 0
+        assert len(srv.requests) == 1
+    assert f"bad thing number {status}" in str(ei.value) and f"HTTP {status}" in str(ei.value)
+    assert "1 attempt" in str(ei.value)
+    assert ei.value.attempts == 1 and ei.value.status == status and not ei.value.retryable
+
+
+def test_wrong_base_path_is_a_404_without_retries() -> None:
+    with OpenAITestServer(echo) as srv:
+        with (
+            OpenAICompatibleLLM(f"http://127.0.0.1:{srv.port}/v2", "m", **FAST) as llm,
+            pytest.raises(LLMServerError, match="HTTP 404"),
+        ):
+            llm.generate(["x"])
+        assert srv.requests == []
+
+
+def test_one_failing_prompt_fails_the_batch() -> None:
+    with (
+        OpenAITestServer(echo, faults=[("status", 400)]) as srv,
+        OpenAICompatibleLLM(srv.url, "m", max_concurrency=1, **FAST) as llm,
+    ):
+        with pytest.raises(LLMServerError, match="HTTP 400"):
+            llm.generate(["first", "second", "third"])
+        # the instance stays usable after a failed batch
+        assert llm.generate(["after"])[0][0].text == "echo: after"
+
+
+def test_connection_refused_names_the_server() -> None:
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    with OpenAICompatibleLLM(url, "ghost", max_retries=2, **FAST) as llm:
+        t0 = time.perf_counter()
+        with pytest.raises(LLMServerError) as ei:
+            llm.generate(["anyone?"])
+        assert time.perf_counter() - t0 < 5.0
+        assert llm.stats["requests"] == 3
+    msg = str(ei.value)
+    assert url in msg and "'ghost'" in msg and "3 attempts" in msg and "ConnectError" in msg
+    assert ei.value.status is None
+
+
+def test_close_during_generate_stops_the_batch() -> None:
+    errors: list[Exception] = []
+    with OpenAITestServer(echo, delay_s=0.3) as srv:
+        llm = OpenAICompatibleLLM(srv.url, "m", max_concurrency=2, **FAST)
+
+        def run() -> None:
+            try:
+                llm.generate([f"p{i}" for i in range(6)])
+            except Exception as e:  # noqa: BLE001 - collected for the assertion below
+                errors.append(e)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        time.sleep(0.1)
+        llm.close()  # waits for the two requests on the wire, drops the queued four
+        worker.join(timeout=5)
+        assert not worker.is_alive()
+        assert len(srv.requests) == 2
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert "closed while generate() was running" in str(errors[0])
+
+
+# ------------------------------------------------------------ construction etc.
+def test_name_repr_and_lifecycle() -> None:
+    llm = OpenAICompatibleLLM("http://127.0.0.1:9/v1/", "m1", api_key="sk-secret")
+    assert llm.name == "openai:http://127.0.0.1:9/v1#m1"
+    assert llm.endpoint == "http://127.0.0.1:9/v1/chat/completions"
+    r = repr(llm)
+    assert "sk-secret" not in r and "model='m1'" in r and "api_key='set'" not in r and "api_key=set" in r
+    assert llm.generate([]) == []
+    llm.close()
+    llm.close()  # idempotent
+    with pytest.raises(RuntimeError, match="after close"):
+        llm.generate(["x"])
+    named = OpenAICompatibleLLM("https://api.example.com/v1", "m2", name="judge")
+    assert named.name == "judge" and "name='judge'" in repr(named)
+    named.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"base_url": "localhost:8000/v1", "model": "m"}, "http"),
+        ({"base_url": "", "model": "m"}, "base_url"),
+        ({"base_url": "http://h/v1/chat/completions", "model": "m"}, "names the endpoint"),
+        ({"base_url": "http://h/v1", "model": ""}, "model"),
+        ({"base_url": "http://h/v1", "model": "m", "max_concurrency": 0}, "max_concurrency"),
+        ({"base_url": "http://h/v1", "model": "m", "timeout_s": 0}, "timeout_s"),
+        ({"base_url": "http://h/v1", "model": "m", "max_retries": -1}, "max_retries"),
+        ({"base_url": "http://h/v1", "model": "m", "backoff_s": -1}, "backoff_s"),
+        ({"base_url": "http://h/v1", "model": "m", "extra_body": {"x": object()}}, "extra_body"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        OpenAICompatibleLLM(**kwargs)
+
+
+def test_bad_prompts_are_rejected_before_any_request() -> None:
+    with OpenAITestServer(echo) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+        with pytest.raises(TypeError, match="list of prompts"):
+            llm.generate("a bare string")
+        with pytest.raises(ValueError, match="unknown role"):
+            llm.generate([[{"role": "wizard", "content": "x"}]])
+        with pytest.raises(ValueError, match="SamplingParams"):
+            llm.generate(["a", "b"], [SamplingParams()])
+        assert srv.requests == []
+
+
+def test_test_server_rejects_bad_fault_specs() -> None:
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        OpenAITestServer(echo, faults=[("explode",)])
+    with pytest.raises(ValueError, match="HTTP status"):
+        OpenAITestServer(echo, faults=[("status", 9999)])
+
+
+# ------------------------------------------------------- the embedded model served
+@pytest.mark.slow
+def test_serves_the_embedded_model_end_to_end(embedded_llm) -> None:
+    """A localhost server answering from the embedded model: the client returns
+    what the model itself generates, and load_llm's openai: URI reaches it."""
+    from agents.llm import load_llm
+
+    def from_model(messages: list[dict], body: dict) -> str:
+        p = SamplingParams(temperature=0.0, max_new_tokens=body.get("max_tokens") or 16)
+        return embedded_llm.generate([messages], p)[0][0].text
+
+    prompts = ["What is the capital of France?", "Name a colour."]
+    direct = [c[0].text for c in embedded_llm.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))]
+    with OpenAITestServer(from_model, apply_stop=False) as srv:
+        llm = load_llm(f"openai:{srv.url}#smollm2", shared=False, **FAST)
+        out = llm.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))
+        llm.close()
+        assert srv.requests[0]["model"] == "smollm2"
+    assert [c[0].text for c in out] == direct
