@@ -52,6 +52,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
+	@$(PY) -c "import langgraph" 2>/dev/null || $(PIP) install -e '.[test,dev]'
 	$(PY) benchmarks/runtime_batching.py
 
 clean:

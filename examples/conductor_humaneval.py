@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--llm", default="embedded", help="orchestrator and worker model URI")
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--orchestrator-tokens", type=int, default=160)
+    ap.add_argument("--worker-tokens", type=int, default=160)
     ap.add_argument("--out", default="runs/conductor")
     args = ap.parse_args()
 
@@ -43,8 +45,8 @@ def main() -> None:
         llm,
         llm,
         max_turns=args.turns,
-        orchestrator_params=SamplingParams(temperature=0.7, max_new_tokens=160),
-        worker_params={"temperature": 0.2, "max_new_tokens": 160},
+        orchestrator_params=SamplingParams(temperature=0.7, max_new_tokens=args.orchestrator_tokens),
+        worker_params={"temperature": 0.2, "max_new_tokens": args.worker_tokens},
         seed=args.seed,
     )
     t0 = time.perf_counter()
