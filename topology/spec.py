@@ -60,7 +60,7 @@ __all__ = [
 NODE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
 """Node ids: a letter or ``_`` first, then letters, digits, ``_``, ``.`` or ``-``."""
 
-SAMPLING_OVERRIDES: tuple[str, ...] = ("temperature", "top_p", "max_new_tokens", "stop", "seed")
+SAMPLING_OVERRIDES: tuple[str, ...] = ("temperature", "top_p", "max_new_tokens", "min_new_tokens", "stop", "seed")
 """The SamplingParams fields a node may override (``n`` and ``logprobs`` belong to the caller)."""
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs")

@@ -13,7 +13,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class SamplingParams(BaseModel):
     temperature: float = Field(0.7, ge=0.0, description="0 means greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(256, ge=1)
+    min_new_tokens: int = Field(0, ge=0, description="end-of-sequence is suppressed until this many tokens")
     stop: tuple[str, ...] = ()
     seed: int | None = None
     n: int = Field(1, ge=1, description="samples per prompt")
@@ -47,6 +48,12 @@ class SamplingParams(BaseModel):
         if isinstance(v, str):
             return (v,)
         return tuple(v)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "SamplingParams":
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(f"min_new_tokens ({self.min_new_tokens}) exceeds max_new_tokens ({self.max_new_tokens})")
+        return self
 
     @property
     def greedy(self) -> bool:

@@ -550,6 +550,8 @@ class OpenAICompatibleLLM:
             body["seed"] = seed
         if p.logprobs:
             body["logprobs"] = True
+        if p.min_new_tokens:
+            body["min_tokens"] = p.min_new_tokens  # vLLM's extension; other servers ignore or reject it
         body.update(self.extra_body)
         return body
 

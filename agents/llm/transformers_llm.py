@@ -15,6 +15,7 @@ re-computes.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from pathlib import Path
@@ -102,6 +103,9 @@ class TransformersLLM:
             self.name = name or f"hf:{getattr(getattr(mdl, 'config', None), '_name_or_path', 'model')}"
         self.model = mdl.to(self.device)
         self.model.eval()
+        from .gqa_attention import use_gqa_sdpa
+
+        self.gqa_sdpa = use_gqa_sdpa(self.model)
         self.tokenizer = tok
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
@@ -110,6 +114,8 @@ class TransformersLLM:
         self.max_batch_size = max_batch_size
         self.eos_ids = self._eos_ids()
         self.calls = 0
+        params = inspect.signature(self.model.forward).parameters
+        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self._rng = torch.Generator(device="cpu")
         self._rng.seed()
 
@@ -190,6 +196,8 @@ class TransformersLLM:
         top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)
         gens = [self._row_generator(p, s) for p, s in zip(params, sample_idx)]
         max_new = [p.max_new_tokens for p in params]
+        min_new = [p.min_new_tokens for p in params]
+        eos_idx = torch.tensor(sorted(self.eos_ids), dtype=torch.long)
         want_lp = any(p.logprobs for p in params)
 
         out_tokens: list[list[int]] = [[] for _ in range(B)]
@@ -198,7 +206,12 @@ class TransformersLLM:
         active = list(range(B))  # original row index of each current batch row
 
         cache = DynamicCache()
-        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+        # Only the last position's logits are needed: computing the vocabulary
+        # projection for every prompt token would dominate the prefill.
+        out = self.model(
+            input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
+            **self._keep_last,
+        )
         logits = out.logits[:, -1, :].float().cpu()
         cache = out.past_key_values
         last_pos = pos[:, -1:]
@@ -206,7 +219,12 @@ class TransformersLLM:
         while active:
             step += 1
             rows_t = torch.tensor(active)
-            next_tok, lp = self._sample(logits, temps[rows_t], top_ps[rows_t], [gens[r] for r in active], want_lp)
+            raw = logits
+            young = [b for b, r in enumerate(active) if len(out_tokens[r]) < min_new[r]]
+            if young and len(eos_idx):
+                logits = logits.clone()
+                logits[torch.tensor(young).unsqueeze(1), eos_idx.unsqueeze(0)] = float("-inf")
+            next_tok, lp = self._sample(logits, temps[rows_t], top_ps[rows_t], [gens[r] for r in active], want_lp, raw)
             keep: list[int] = []
             for b, r in enumerate(active):
                 t = int(next_tok[b])
@@ -238,6 +256,7 @@ class TransformersLLM:
                 position_ids=last_pos,
                 past_key_values=cache,
                 use_cache=True,
+                **self._keep_last,
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float().cpu()
@@ -272,10 +291,14 @@ class TransformersLLM:
         top_ps: torch.Tensor,
         gens: list[torch.Generator],
         want_lp: bool,
+        raw: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-row greedy / temperature / nucleus sampling on a [B, V] logit matrix."""
+        """Per-row greedy / temperature / nucleus sampling on a [B, V] logit matrix.
+
+        Log-probabilities come from ``raw`` (the model's logits before any
+        end-of-sequence suppression) when given."""
         B, V = logits.shape
-        lp_all = torch.log_softmax(logits, dim=-1) if want_lp else None
+        lp_all = torch.log_softmax(raw if raw is not None else logits, dim=-1) if want_lp else None
         greedy = temps <= 0
         choice = logits.argmax(dim=-1)
         if not bool(greedy.all()):

@@ -333,6 +333,7 @@ class VLLMLLM:
             temperature=p.temperature,
             top_p=p.top_p,
             max_tokens=p.max_new_tokens,
+            min_tokens=p.min_new_tokens,
             stop=list(p.stop) or None,
             # vLLM seeds sample k with seed + k; keep that within a 64-bit generator seed.
             seed=None if p.seed is None else p.seed % (1 << 62),

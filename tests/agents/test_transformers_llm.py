@@ -124,3 +124,53 @@ def test_load_llm_shares_instances_and_rejects_bad_uris(tmp_path):
 
 def _echo(messages):
     return "echo " + messages[-1]["content"]
+
+
+def test_min_new_tokens_suppresses_end_of_sequence(tiny_llm):
+    # Make EOS the model's favourite token: without min_new_tokens every answer is EOS at once.
+    eos = sorted(tiny_llm.eos_ids)[0]
+    head = tiny_llm.model.lm_head
+    saved = head.weight.data.clone()
+    try:
+        head.weight.data[eos] = head.weight.data.abs().max() * 50 * torch.sign(head.weight.data[eos] + 1e-9)
+        short = tiny_llm.generate(["hi"], SamplingParams(temperature=0, max_new_tokens=10))[0][0]
+        assert short.token_ids == [eos] and short.finish_reason == "stop"
+        long = tiny_llm.generate(["hi"], SamplingParams(temperature=0, max_new_tokens=10, min_new_tokens=6))[0][0]
+        assert len(long.token_ids) == 7 and long.token_ids[-1] == eos and eos not in long.token_ids[:6]
+    finally:
+        head.weight.data.copy_(saved)
+    with pytest.raises(Exception, match="exceeds max_new_tokens"):
+        SamplingParams(max_new_tokens=3, min_new_tokens=5)
+
+
+def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
+    """The KV-repeat-free attention gives the reference (eager) logits on a
+    left-padded batch, prefill and cached decoding alike."""
+    from transformers import AutoTokenizer, DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    from agents.llm.gqa_attention import use_gqa_sdpa
+
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=128)
+    fast = LlamaForCausalLM(cfg).eval()
+    ref = LlamaForCausalLM(cfg).eval()
+    ref.load_state_dict(fast.state_dict())
+    ref.set_attn_implementation("eager")
+    fast.set_attn_implementation("sdpa")
+    assert use_gqa_sdpa(fast) and fast.config._attn_implementation == "societas_gqa_sdpa"
+    ids = torch.randint(3, 300, (3, 12))
+    attn = torch.ones(3, 12, dtype=torch.long)
+    attn[0, :5] = 0
+    attn[2, :2] = 0
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        outs = []
+        for m in (fast, ref):
+            o = m(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=DynamicCache(), use_cache=True)
+            step = m(input_ids=ids[:, -1:], attention_mask=torch.cat([attn, torch.ones(3, 1, dtype=torch.long)], 1),
+                     position_ids=pos[:, -1:] + 1, past_key_values=o.past_key_values, use_cache=True)
+            outs.append((o.logits, step.logits))
+    keep = attn.bool()
+    assert torch.allclose(outs[0][0][keep], outs[1][0][keep], atol=1e-5)
+    assert torch.allclose(outs[0][1], outs[1][1], atol=1e-5)

@@ -146,9 +146,20 @@ def test_safetensors_index_reads_names_and_shapes(embedded_dir):
 # -- with vLLM (slow) --------------------------------------------------------
 
 
+def _need_vllm() -> None:
+    """Skip where vLLM is absent — unless SOCIETAS_REQUIRE_VLLM=1 (``make test-vllm``),
+    where a missing or broken vLLM must fail instead of skipping."""
+    import os
+
+    if os.environ.get("SOCIETAS_REQUIRE_VLLM") == "1":
+        import vllm  # noqa: F401
+    else:
+        pytest.importorskip("vllm")
+
+
 @pytest.fixture(scope="module")
 def vllm_llm(embedded_dir):
-    pytest.importorskip("vllm")
+    _need_vllm()
     llm = VLLMLLM(embedded_dir, max_model_len=2048, kv_cache_memory_bytes=1 << 30, enforce_eager=True, seed=0)
     yield llm
     llm.close()
@@ -189,7 +200,7 @@ def _common_prefix(a, b):
 
 @pytest.mark.slow
 def test_greedy_tokens_equal_transformers(vllm_llm, hf_llm, hf_greedy):
-    pytest.importorskip("vllm")
+    _need_vllm()
     ours = vllm_llm.generate(PROMPTS, GREEDY)
     assert vllm_llm.encode_prompts(PROMPTS) == hf_llm.encode_prompts(PROMPTS)
     for i, (a, b) in enumerate(zip(ours, hf_greedy)):
@@ -210,7 +221,7 @@ def test_greedy_tokens_equal_transformers(vllm_llm, hf_llm, hf_greedy):
 
 @pytest.mark.slow
 def test_per_prompt_params_in_one_batch(vllm_llm):
-    pytest.importorskip("vllm")
+    _need_vllm()
     greedy = vllm_llm.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=40))
     limits = [3, 7, 1, 5]
     assert all(len(g[0].token_ids) > k for g, k in zip(greedy, limits))
@@ -229,7 +240,7 @@ def test_per_prompt_params_in_one_batch(vllm_llm):
 
 @pytest.mark.slow
 def test_stop_strings_cut_text_and_finish_with_stop(vllm_llm):
-    pytest.importorskip("vllm")
+    _need_vllm()
     (full,) = vllm_llm.generate(PROMPTS[:1], SamplingParams(temperature=0, max_new_tokens=40))[0]
     word = full.text.split()[2]
     (c,) = vllm_llm.generate(PROMPTS[:1], SamplingParams(temperature=0, max_new_tokens=40, stop=[word]))[0]
@@ -240,7 +251,7 @@ def test_stop_strings_cut_text_and_finish_with_stop(vllm_llm):
 
 @pytest.mark.slow
 def test_logprobs_match_transformers(vllm_llm, hf_llm, hf_greedy):
-    pytest.importorskip("vllm")
+    _need_vllm()
     outs = vllm_llm.generate(PROMPTS, GREEDY)
     for prompt, row, ref_row in zip(PROMPTS, outs, hf_greedy):
         c = row[0]
@@ -254,7 +265,7 @@ def test_logprobs_match_transformers(vllm_llm, hf_llm, hf_greedy):
 
 @pytest.mark.slow
 def test_logprobs_ignore_temperature(vllm_llm, hf_llm):
-    pytest.importorskip("vllm")
+    _need_vllm()
     (c,) = vllm_llm.generate(
         PROMPTS[1:2], SamplingParams(temperature=1.5, top_p=0.9, seed=5, max_new_tokens=12, logprobs=True)
     )[0]
@@ -263,7 +274,7 @@ def test_logprobs_ignore_temperature(vllm_llm, hf_llm):
 
 @pytest.mark.slow
 def test_n_samples_and_seed_reproducibility(vllm_llm):
-    pytest.importorskip("vllm")
+    _need_vllm()
     p = SamplingParams(temperature=1.0, n=3, seed=11, max_new_tokens=16)
     a = vllm_llm.generate(PROMPTS[:2], p)
     b = vllm_llm.generate(PROMPTS[:2], p)
@@ -278,7 +289,7 @@ def test_n_samples_and_seed_reproducibility(vllm_llm):
 
 @pytest.mark.slow
 def test_bad_generate_input(vllm_llm):
-    pytest.importorskip("vllm")
+    _need_vllm()
     assert vllm_llm.generate([], SamplingParams()) == []
     with pytest.raises(TypeError, match="list of prompts"):
         vllm_llm.generate("a bare string", SamplingParams())
@@ -290,7 +301,7 @@ def test_bad_generate_input(vllm_llm):
 
 @pytest.mark.slow
 def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
-    pytest.importorskip("vllm")
+    _need_vllm()
     from safetensors.torch import load_file
 
     from agents.llm.transformers_llm import TransformersLLM
@@ -323,7 +334,7 @@ def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
 
 @pytest.mark.slow
 def test_zeroed_layer_changes_output_and_restore(vllm_llm, embedded_dir):
-    pytest.importorskip("vllm")
+    _need_vllm()
     from safetensors.torch import load_file
 
     state = load_file(str(embedded_dir / "model.safetensors"))
@@ -339,7 +350,7 @@ def test_zeroed_layer_changes_output_and_restore(vllm_llm, embedded_dir):
 
 @pytest.mark.slow
 def test_load_weights_rejects_bad_state_dicts_without_touching_the_engine(vllm_llm, embedded_dir):
-    pytest.importorskip("vllm")
+    _need_vllm()
     from safetensors.torch import load_file
 
     state = load_file(str(embedded_dir / "model.safetensors"))
@@ -363,7 +374,7 @@ def test_load_weights_rejects_bad_state_dicts_without_touching_the_engine(vllm_l
 @pytest.mark.slow
 def test_repr_name_and_close(embedded_dir, vllm_llm):
     """Last in this module: it shuts the shared engine down."""
-    pytest.importorskip("vllm")
+    _need_vllm()
     assert vllm_llm.name == f"vllm:{embedded_dir}"
     assert repr(vllm_llm) == f"VLLMLLM({vllm_llm.name!r}, dtype=float32)"
     vllm_llm.close()
