@@ -160,6 +160,21 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return text[:cut], True
 
 
+def render_with_tokenizer(tokenizer: Any, prompt: Prompt) -> str:
+    """The exact text a local model sees: the tokenizer's chat template with the
+    generation prompt, or a plain transcript when it has no template. Shared by
+    every local backend so that they tokenise a prompt identically."""
+    msgs = normalize_prompt(prompt)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return render_chat_plain(msgs)
+
+
+def encode_with_tokenizer(tokenizer: Any, prompts: Sequence[Prompt]) -> list[list[int]]:
+    """Token ids of each rendered prompt (the template already holds the special tokens)."""
+    return [list(tokenizer.encode(render_with_tokenizer(tokenizer, p), add_special_tokens=False)) for p in prompts]
+
+
 def render_chat_plain(messages: Sequence[ChatMessage]) -> str:
     """A readable transcript of chat turns, for models without a chat template."""
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"

@@ -29,8 +29,8 @@ from .base import (
     SamplingParams,
     Usage,
     broadcast_params,
-    normalize_prompt,
-    render_chat_plain,
+    encode_with_tokenizer,
+    render_with_tokenizer,
     truncate_at_stop,
 )
 
@@ -135,14 +135,10 @@ class TransformersLLM:
 
     def render(self, prompt: Prompt) -> str:
         """The exact text the model sees for a chat prompt."""
-        msgs = normalize_prompt(prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return render_chat_plain(msgs)
+        return render_with_tokenizer(self.tokenizer, prompt)
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        texts = [self.render(p) for p in prompts]
-        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return encode_with_tokenizer(self.tokenizer, prompts)
 
     # -- generation --------------------------------------------------------
     def generate(

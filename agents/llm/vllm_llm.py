@@ -52,8 +52,8 @@ from .base import (
     SamplingParams,
     Usage,
     broadcast_params,
-    normalize_prompt,
-    render_chat_plain,
+    encode_with_tokenizer,
+    render_with_tokenizer,
 )
 
 log = logging.getLogger(__name__)
@@ -318,14 +318,10 @@ class VLLMLLM:
     # -- prompt rendering --------------------------------------------------
     def render(self, prompt: Prompt) -> str:
         """The exact text the model sees for a chat prompt."""
-        msgs = normalize_prompt(prompt)
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return render_chat_plain(msgs)
+        return render_with_tokenizer(self.tokenizer, prompt)
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        """Token ids of each rendered prompt (the template already holds the special tokens)."""
-        return [list(self.tokenizer.encode(self.render(p), add_special_tokens=False)) for p in prompts]
+        return encode_with_tokenizer(self.tokenizer, prompts)
 
     def _to_vllm_params(self, p: SamplingParams) -> Any:
         return self._vllm.SamplingParams(

@@ -146,7 +146,7 @@ def test_min_new_tokens_suppresses_end_of_sequence(tiny_llm):
 def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
     """The KV-repeat-free attention gives the reference (eager) logits on a
     left-padded batch, prefill and cached decoding alike."""
-    from transformers import AutoTokenizer, DynamicCache, LlamaConfig, LlamaForCausalLM
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
     from agents.llm.gqa_attention import use_gqa_sdpa
 
