@@ -2,7 +2,7 @@
 
 1. Batched supersteps vs one agent call at a time, on the embedded model:
    a society of 8 personas x 2 rounds (+ aggregator) and a star of one hub and
-   4 workers (+ aggregator). The baseline is the same Runtime, the same graph,
+   4 workers. The baseline is the same Runtime, the same graph,
    the same prompts and the same token budget (every agent writes exactly 64
    tokens), with every batch split into
    single calls — what LangGraph or AutoGen do with a local HF model, where
@@ -71,7 +71,7 @@ def batching(quick: bool, repeats: int) -> dict:
     question = "A farmer has 17 sheep and all but 9 run away. How many sheep does the farmer have left?"
     graphs = {
         "society 8x2": society_of_thought(n_personas=8, rounds=2, params=params),
-        "star 1+4": star(4, params=params),
+        "star 1+4": star(4, aggregate=False, params=params),
     }
     llm.generate(["warm up"], None)
     rows = {}
