@@ -205,13 +205,31 @@ class _DrawEdge:
     dashed: bool = False
 
 
-def _positions(layers: list[list[str]]) -> dict[str, tuple[float, float]]:
-    """Layer index on x (left to right), nodes of a layer spread and centred on y."""
+def _positions(
+    layers: list[list[str]], links: set[tuple[str, str]] | None = None
+) -> dict[str, tuple[float, float]]:
+    """Layers left to right, the nodes of a layer spread and centred on y.
+
+    A layer of three or more nodes that talk to each other (a cyclic component:
+    a debate, a society) is laid on a circle instead, so that its edges fan out
+    rather than overlap along one column."""
     pos: dict[str, tuple[float, float]] = {}
-    for x, layer in enumerate(layers):
+    x = 0.0
+    for layer in layers:
         k = len(layer)
-        for j, n in enumerate(layer):
-            pos[n] = (float(x), (k - 1) / 2.0 - j)
+        members = set(layer)
+        talking = k >= 3 and any(a in members and b in members and a != b for a, b in (links or ()))
+        if talking:
+            r = max(1.0, 0.32 * k)
+            x += r - 0.5
+            for j, n in enumerate(layer):
+                ang = math.pi / 2 - 2 * math.pi * j / k
+                pos[n] = (x + r * math.cos(ang), r * math.sin(ang))
+            x += r + 1.5
+        else:
+            for j, n in enumerate(layer):
+                pos[n] = (x, (k - 1) / 2.0 - j)
+            x += 1.0
     return pos
 
 
@@ -224,11 +242,13 @@ def _draw(
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pos = _positions(layers)
-    n_layers = max(len(layers), 1)
-    tallest = max((len(layer) for layer in layers), default=1)
-    width = min(max(2.2 * n_layers + 1.0, 4.0), 36.0)
-    height = min(max(1.3 * tallest + 1.2, 3.0), 36.0)
+    pos = _positions(layers, {(e.source, e.target) for e in edges})
+    xs0 = [p[0] for p in pos.values()] or [0.0]
+    ys0 = [p[1] for p in pos.values()] or [0.0]
+    span_x = max(xs0) - min(xs0) + 1.0
+    span_y = max(ys0) - min(ys0) + 1.0
+    width = min(max(2.2 * span_x + 1.0, 4.0), 36.0)
+    height = min(max(1.3 * span_y + 1.2, 3.0), 36.0)
     total = len(nodes)
     fontsize = 9.0 if total <= 12 else 7.5 if total <= 40 else 6.0
     # Shrink arrows so that they end at the box edge rather than the centre.

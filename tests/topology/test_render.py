@@ -150,3 +150,23 @@ def test_png_of_traces(tmp_path: Path):
     assert with_graph.read_bytes() != without.read_bytes()
     # An empty trace still draws (its graph).
     _assert_png(render_trace_png(Trace(), tmp_path / "empty.png", _chain()))
+
+
+def test_talking_layers_are_laid_on_a_circle_and_dags_in_columns():
+    from topology.patterns import layered, society_of_thought
+    from topology.render import _positions
+
+    soc = society_of_thought(n_personas=4, rounds=2)
+    layers = soc.topological_layers()
+    pos = _positions(layers, set(soc.edges))
+    personas = layers[0]
+    assert len(personas) == 4
+    xs = {round(pos[p][0], 6) for p in personas}
+    assert len(xs) > 1  # not one overlapping column
+    centre = sum(pos[p][0] for p in personas) / 4
+    radii = {round(((pos[p][0] - centre) ** 2 + pos[p][1] ** 2) ** 0.5, 6) for p in personas}
+    assert len(radii) == 1  # all on one circle
+    assert pos["aggregator"][0] > max(pos[p][0] for p in personas)
+    dag = layered([["planner"], ["coder"] * 3, ["tester"]])
+    dpos = _positions(dag.topological_layers(), set(dag.edges))
+    assert {dpos[n][0] for n in dag.topological_layers()[1]} == {1.0}
