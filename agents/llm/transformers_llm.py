@@ -114,6 +114,7 @@ class TransformersLLM:
         self.max_batch_size = max_batch_size
         self.eos_ids = self._eos_ids()
         self.calls = 0
+        self.prefill_rows = 0  # prompts actually encoded (identical prompts share one)
         params = inspect.signature(self.model.forward).parameters
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self._rng = torch.Generator(device="cpu")
@@ -202,14 +203,38 @@ class TransformersLLM:
         active = list(range(B))  # original row index of each current batch row
 
         cache = DynamicCache()
+        # Rows with the same prompt (n samples of one prompt, agents of one
+        # superstep that received the same messages) share one prefill: the
+        # unique prompts are encoded once and their KV rows copied, as a server
+        # with prefix caching would do.
+        first: dict[tuple[int, ...], int] = {}
+        uniq: list[int] = []
+        inverse: list[int] = []
+        for r, x in enumerate(prompt_ids):
+            k = tuple(x)
+            if k not in first:
+                first[k] = len(uniq)
+                uniq.append(r)
+            inverse.append(first[k])
+        shared = len(uniq) < B
+        self.prefill_rows += len(uniq)
+        u = torch.tensor(uniq, device=dev) if shared else None
         # Only the last position's logits are needed: computing the vocabulary
         # projection for every prompt token would dominate the prefill.
         out = self.model(
-            input_ids=input_ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
+            input_ids=input_ids[u] if shared else input_ids,
+            attention_mask=attn[u] if shared else attn,
+            position_ids=pos[u] if shared else pos,
+            past_key_values=cache,
+            use_cache=True,
             **self._keep_last,
         )
         logits = out.logits[:, -1, :].float().cpu()
         cache = out.past_key_values
+        if shared:
+            inv = torch.tensor(inverse)
+            cache.batch_select_indices(inv.to(dev))
+            logits = logits.index_select(0, inv)
         last_pos = pos[:, -1:]
         step = 0
         while active:

@@ -164,10 +164,6 @@ class CFRSolver:
         sl = tree.infoset_slices[p]
         A = tree.max_actions
 
-        def fl(idx, k, off=0):
-            return (idx[:, None] * k + off + torch.arange(k if off == 0 else B, device=dev)
-                    ).reshape(-1) if k > 1 or off else idx
-
         def rows(idx, k):   # row idx of a node-major tensor with k values per row
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
 

@@ -174,3 +174,24 @@ def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
     keep = attn.bool()
     assert torch.allclose(outs[0][0][keep], outs[1][0][keep], atol=1e-5)
     assert torch.allclose(outs[0][1], outs[1][1], atol=1e-5)
+
+
+def test_identical_prompts_share_one_prefill_and_match_separate_calls(tiny_llm):
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]]
+    p = SamplingParams(temperature=1.0, max_new_tokens=9, seed=21, logprobs=True)
+    before = tiny_llm.prefill_rows
+    together = tiny_llm.generate(prompts, p)
+    assert tiny_llm.prefill_rows - before == 2  # two distinct prompts encoded
+    # each row equals the same prompt generated on its own (no sharing there)
+    for i, prompt in enumerate(prompts):
+        alone = tiny_llm.generate([prompt], p)[0][0]
+        assert together[i][0].token_ids == alone.token_ids
+        assert together[i][0].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    # n samples of one prompt: one prefill, distinct samples, exact log-probs
+    before = tiny_llm.prefill_rows
+    outs = tiny_llm.generate([PROMPTS[3]], SamplingParams(temperature=1.0, max_new_tokens=8, seed=5, n=4,
+                                                         logprobs=True))[0]
+    assert tiny_llm.prefill_rows - before == 1
+    assert len({tuple(c.token_ids) for c in outs}) > 1
+    for c in outs:
+        assert c.logprobs == pytest.approx(_full_forward_logprobs(tiny_llm, PROMPTS[3], c.token_ids), abs=2e-4)
