@@ -18,6 +18,8 @@ from .evaluate import (
     nash_conv,
     policy_value,
 )
+from .metasolvers import MetaSolver, get_meta_solver, meta_solver_names, register_meta_solver
+from .psro import PSROResult, run_psro
 from .tree import GameTree, GameTreeError, load_game, load_openspiel_game, resolve_device
 
 __all__ = [
@@ -25,5 +27,6 @@ __all__ = [
     "GameTreeError", "HookContext", "SolveResult", "algorithm_names", "batch_param",
     "best_response", "evaluate", "exploitability", "get_algorithm", "load_game",
     "load_openspiel_game", "nash_conv", "policy_value", "register", "regret_matching",
-    "resolve_device", "solve",
+    "resolve_device", "solve", "MetaSolver", "PSROResult", "get_meta_solver",
+    "meta_solver_names", "register_meta_solver", "run_psro",
 ]
