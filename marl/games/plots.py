@@ -1,0 +1,72 @@
+"""Convergence plots for the game solvers: exploitability against iterations,
+log-log, one line per algorithm (matplotlib, Agg backend — no display needed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def log_checkpoints(iterations: int, points: int = 40) -> list[int]:
+    """About ``points`` iteration numbers from 1 to ``iterations``, evenly
+    spaced on a log scale (always including 1 and ``iterations``)."""
+    if iterations < 1:
+        return []
+    n = max(2, min(points, iterations))
+    pts = np.unique(np.round(np.logspace(0, math.log10(iterations), n)).astype(int))
+    out = sorted({int(p) for p in pts if 1 <= p <= iterations} | {1, iterations})
+    return out
+
+
+def _positive(ys: Sequence[float]) -> np.ndarray:
+    """Values as an array with non-positive or missing entries masked (NaN),
+    which a log axis cannot show."""
+    arr = np.asarray([np.nan if y is None else float(y) for y in ys], dtype=float)
+    arr[~(arr > 0)] = np.nan
+    return arr
+
+
+def plot_curves(curves: Mapping[str, Iterable[tuple[int, float]]], path: str | Path, *,
+                title: str = "", ylabel: str = "exploitability (NashConv / N)") -> Path:
+    """Write a log-log PNG of ``curves`` (label -> [(iteration, value), ...]) to
+    ``path`` and return it. Labels are drawn in the order given, each with its final
+    value in the legend; values <= 0 are left out (a log axis cannot show them)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    drawn = 0
+    any_positive = False
+    for label, pts in curves.items():
+        pts = list(pts)
+        if not pts:
+            continue
+        xs = np.asarray([p[0] for p in pts], dtype=float)
+        ys = _positive([p[1] for p in pts])
+        any_positive |= bool(np.isfinite(ys).any())
+        ax.plot(xs, ys, marker="." if len(xs) < 60 else None, linewidth=1.4, markersize=4,
+                label=f"{label} ({pts[-1][1]:.2e})")
+        drawn += 1
+    ax.set_xscale("log")
+    if any_positive:
+        ax.set_yscale("log")
+    ax.set_xlabel("iterations")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+    if drawn:
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

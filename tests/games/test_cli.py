@@ -1,0 +1,119 @@
+"""The games command line (``python -m marl.games`` / ``python -m marl games``)
+and the CFR speed benchmark, run as a user would (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(*args: str, module: tuple[str, ...] = ("marl.games",), timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *module, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_solve_json_matches_openspiel_cfr():
+    import pyspiel
+    from open_spiel.python.algorithms import exploitability
+
+    r = _run("solve", "--game", "kuhn_poker", "--algo", "cfr", "--iterations", "50", "--json",
+             "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    out = _last_json(r.stdout)
+    game = pyspiel.load_game("kuhn_poker")
+    solver = pyspiel.CFRSolver(game)
+    for _ in range(50):
+        solver.evaluate_and_update_policy()
+    ref = exploitability.exploitability(game, solver.average_policy())
+    assert out["exploitability"] == pytest.approx(ref, abs=1e-9)
+    assert out["nash_conv"] == pytest.approx(2 * ref, abs=1e-9)
+    assert {"game", "algorithm", "iterations", "nash_conv", "exploitability", "wall_seconds",
+            "solve_seconds", "device", "histories", "infosets"} <= set(out)
+    assert (out["game"], out["algorithm"], out["iterations"], out["device"]) == ("kuhn_poker", "cfr", 50, "cpu")
+    assert (out["histories"], out["infosets"]) == (58, 12)
+    assert 0 < out["solve_seconds"] <= out["wall_seconds"]
+
+
+@pytest.mark.parametrize("module,args,needle", [
+    (("marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
+    (("marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
+    (("marl.games",), ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"], "foo"),
+    (("marl", "games"), ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
+     "bogus"),
+    (("marl.games",), ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"], "nope_game"),
+])
+def test_unknown_game_or_algorithm_exits_2(module, args, needle):
+    r = _run(*args, module=module)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
+
+
+def test_table_writes_markdown_json_and_plots(tmp_path):
+    out = tmp_path / "tab"
+    r = _run("table", "--iterations", "20", "--games", "kuhn_poker", "--algos", "cfr", "cfr+",
+             "--out", str(out), "--device", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    head = _last_json(r.stdout)
+    assert head["algorithms"] == ["cfr", "cfr+"] and head["games"] == ["kuhn_poker"]
+    assert head["best"] == {"kuhn_poker": "cfr+"} and head["errors"] == []
+    md = (out / "table.md").read_text()
+    assert "| cfr | cfr+ |" in md and "`kuhn_poker`" in md and md.count("**") == 2
+    data = json.loads((out / "table.json").read_text())
+    res = data["games"][0]["results"]
+    assert data["iterations"] == 20 and set(res) == {"cfr", "cfr+"}
+    assert res["cfr+"]["exploitability"] == pytest.approx(head["exploitability"]["kuhn_poker"]["cfr+"])
+    assert res["cfr"]["curve"][0][0] == 1 and res["cfr"]["curve"][-1][0] == 20
+    assert (out / "curves_kuhn_poker.png").read_bytes()[:8] == PNG
+    # the same run through the umbrella CLI, flags repeated instead of listed
+    r2 = _run("games", "table", "--iterations", "20", "--games", "kuhn_poker", "--algos", "cfr",
+              "--algos", "cfr+", "--out", str(tmp_path / "tab2"), "--device", "cpu", "--json",
+              module=("marl",))
+    assert r2.returncode == 0, r2.stderr
+    assert _last_json(r2.stdout)["exploitability"] == head["exploitability"]
+
+
+def test_solve_plot_writes_png(tmp_path):
+    png = tmp_path / "curve.png"
+    r = _run("solve", "--game", "kuhn_poker", "--algo", "cfr+", "--iterations", "40", "--plot",
+             str(png), "--simultaneous", "--eval-every", "10", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == PNG
+    assert "simultaneous" in r.stdout and "exploitability" in r.stdout
+
+
+def test_helpers():
+    from marl.games.__main__ import expand_multi_args, game_slug
+    from marl.games.plots import log_checkpoints
+
+    assert expand_multi_args(["table", "--algos", "cfr", "cfr+", "--iterations", "3"]) == [
+        "table", "--algos", "cfr", "--algos", "cfr+", "--iterations", "3"]
+    assert expand_multi_args(["--games", "goofspiel(num_cards=4,imp_info=True)"]) == [
+        "--games", "goofspiel(num_cards=4,imp_info=True)"]
+    assert game_slug("kuhn_poker(players=3)") == "kuhn_poker_players_3"
+    pts = log_checkpoints(1000, 30)
+    assert pts[0] == 1 and pts[-1] == 1000 and pts == sorted(set(pts)) and len(pts) <= 31
+    assert log_checkpoints(3) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_cfr_speed_benchmark_quick():
+    r = subprocess.run([sys.executable, "benchmarks/cfr_speed.py", "--quick"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr
+    head = _last_json(r.stdout)
+    assert head["benchmark"] == "cfr_speed" and head["leduc_ours_it_s"] > 0
+    assert head["leduc_nash_conv_diff_vs_cpp"] < 1e-9
+    assert head["leduc_policy_diff_vs_cpp"] < 1e-9 and head["leduc_policy_diff_vs_python"] < 1e-9
+    assert head["leduc_eval_diff"] < 1e-9 and head["batched_max_diff"] < 1e-9
