@@ -97,12 +97,27 @@ def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
     return t.view(-1, *([1] * (ref.dim() - 1)))
 
 
+_UNIFORM: dict = {}
+
+
+def uniform_over(legal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The uniform policy over the legal slots of ``legal`` (cached per mask)."""
+    key = (id(legal), dtype)
+    hit = _UNIFORM.get(key)
+    if hit is None or hit[0] is not legal:
+        if len(_UNIFORM) > 256:
+            _UNIFORM.clear()
+        hit = (legal, legal.to(dtype) / legal.sum(-1, keepdim=True).to(dtype))
+        _UNIFORM[key] = hit
+    return hit[1]
+
+
 def regret_matching(cum_regret: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
     """Regret matching: positive regrets normalised; uniform where none is positive."""
-    pos = cum_regret.clamp(min=0) * legal
+    pos = cum_regret.clamp(min=0).mul_(legal)
     s = pos.sum(-1, keepdim=True)
-    uni = legal.to(cum_regret.dtype) / legal.sum(-1, keepdim=True).to(cum_regret.dtype)
-    return torch.where(s > 0, pos / torch.where(s > 0, s, torch.ones_like(s)), uni)
+    # where s == 0 the quotient is NaN, and the uniform branch is taken instead
+    return torch.where(s > 0, pos / s, uniform_over(legal, cum_regret.dtype))
 
 
 # ----------------------------------------------------------------- solver ----
@@ -150,6 +165,7 @@ class CFRSolver:
                 regret=self.algorithm.regret(), policy_hook=self.algorithm.policy(),
                 average=self.algorithm.average(), shared={}))
         self._table = tree.prob_table(self.policy)            # [R, B], kept in sync
+        self._workspace()
         self._plan = [self._make_plan(p) for p in range(tree.num_players)]
 
     # ------------------------------------------------------------ internals
@@ -170,16 +186,29 @@ class CFRSolver:
         edges = tree.player_edges[p]
         par = tree.parent[edges]
         nodes = tree.player_nodes[p]
-        levels = []
+        # Per level, the index tensors and the (pre-sliced) views of the
+        # workspace that the sweeps read and write: slicing inside the loop
+        # would cost more than the arithmetic on Leduc-sized trees.
+        ws = self._ws
+        H = tree.num_nodes
+        r = ws["r"].view(H, 2, B)
+        v = ws["v"].view(H, B)
+        pe = ws["pe"].view(H, B)
+        forward, backward = [], []
         for d in range(1, len(tree.level_bounds)):
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
-            levels.append((lo, hi, rows(lp, 2 * B), rows(lp, B)))
+            n = hi - lo
+            idx2, idx1 = rows(lp, 2 * B), rows(lp, B)
+            forward.append((idx2, ws["tmp"][: n * 2 * B], r[lo:hi], ws["tmp"][: n * 2 * B].view(n, 2, B)))
+            backward.append((idx1, v[lo:hi], pe[lo:hi], ws["tmp"][: n * B].view(n, B), ws["tmp"][: n * B]))
+        backward.reverse()
         return dict(
             split=rows(tree.split_src[p], B),
             edge=rows(tree.edge_src, B),
-            levels=levels,
-            util=tree.node_utility[:, p].contiguous(),
+            forward=forward,
+            backward=backward,
+            util_b=tree.node_utility[:, p:p + 1].expand(H, B).reshape(-1).clone(),
             cf_par=(par[:, None] * 2 * B + B + ar).reshape(-1),
             v_edges=rows(edges, B),
             v_par=rows(par, B),
@@ -187,6 +216,11 @@ class CFRSolver:
             r_nodes=rows(nodes, 2 * B),
             sums=rows(tree.infoset[nodes] - sl.start, 2 * B),
             n_is=sl.stop - sl.start,
+            g=tuple(ws[k][: edges.numel() * B] for k in ("g1", "g2", "g3")),
+            legal=tree.legal_mask[sl],
+            num_actions=tree.num_actions[sl],
+            policy_view=self.policy[:, sl],
+            table_view=self._table[sl.start * A: sl.stop * A],
         )
 
     def _workspace(self) -> dict:
@@ -222,25 +256,20 @@ class CFRSolver:
         n_is = plan["n_is"]
         H = tree.num_nodes
         tflat = self._table.view(-1)
-        tmp = ws["tmp"]
         # forward: own / counterfactual reach, [H, 2, B]
         rflat = torch.index_select(tflat, 0, plan["split"], out=ws["r"])
         r = rflat.view(H, 2, B)
-        for lo, hi, idx2, _ in plan["levels"]:
-            n = idx2.numel()
-            torch.index_select(rflat, 0, idx2, out=tmp[:n])
-            r[lo:hi].mul_(tmp[:n].view(hi - lo, 2, B))
+        for idx2, tmp_flat, r_level, tmp_level in plan["forward"]:
+            torch.index_select(rflat, 0, idx2, out=tmp_flat)
+            r_level.mul_(tmp_level)
         # backward: p's expected utility from every node, [H, B]
-        pe = torch.index_select(tflat, 0, plan["edge"], out=ws["pe"]).view(H, B)
+        torch.index_select(tflat, 0, plan["edge"], out=ws["pe"])
         vflat = ws["v"]
-        v = vflat.view(H, B)
-        v.copy_(plan["util"].view(H, 1).expand(H, B))
-        for lo, hi, _, idx1 in reversed(plan["levels"]):
-            n = idx1.numel()
-            torch.mul(v[lo:hi], pe[lo:hi], out=tmp[:n].view(hi - lo, B))
-            vflat.index_add_(0, idx1, tmp[:n])
-        m = plan["v_edges"].numel()
-        g1, g2, g3 = ws["g1"][:m], ws["g2"][:m], ws["g3"][:m]
+        vflat.copy_(plan["util_b"])
+        for idx1, v_level, pe_level, tmp_level, tmp_flat in plan["backward"]:
+            torch.mul(v_level, pe_level, out=tmp_level)
+            vflat.index_add_(0, idx1, tmp_flat)
+        g1, g2, g3 = plan["g"]
         torch.index_select(vflat, 0, plan["v_edges"], out=g2)
         torch.index_select(vflat, 0, plan["v_par"], out=g3)
         torch.index_select(rflat, 0, plan["cf_par"], out=g1)
@@ -254,18 +283,16 @@ class CFRSolver:
         return inst, sums[0], sums[1]
 
     def _apply(self, p: int, inst, reach, cf_reach, old_policy):
-        tree = self.tree
-        sl = tree.infoset_slices[p]
+        plan = self._plan[p]
         st = self.players[p]
-        ctx = HookContext(player=p, iteration=self.iteration, legal=tree.legal_mask[sl],
-                          num_actions=tree.num_actions[sl], inst_regret=inst,
+        ctx = HookContext(player=p, iteration=self.iteration, legal=plan["legal"],
+                          num_actions=plan["num_actions"], inst_regret=inst,
                           batch=self.batch, shared=st.shared)
         st.cum_policy = st.average.update(st.cum_policy, old_policy, reach, cf_reach, ctx)
         st.cum_regret = st.regret.update(st.cum_regret, inst, ctx)
         new_pol = st.policy_hook.update(st.cum_regret, old_policy, ctx) * ctx.legal
-        self.policy[:, sl] = new_pol
-        A = tree.max_actions
-        self._table[sl.start * A: sl.stop * A] = new_pol.reshape(self.batch, -1).T
+        plan["policy_view"].copy_(new_pol)
+        plan["table_view"].copy_(new_pol.reshape(self.batch, -1).T)
 
     # --------------------------------------------------------------- public
     def step(self) -> None:
@@ -274,9 +301,8 @@ class CFRSolver:
         tree = self.tree
         if self.algorithm.alternating:
             for p in range(tree.num_players):
-                sl = tree.infoset_slices[p]
                 inst, reach, cf_reach = self._player_quantities(p)
-                self._apply(p, inst, reach, cf_reach, self.policy[:, sl].clone())
+                self._apply(p, inst, reach, cf_reach, self._plan[p]["policy_view"].clone())
         else:
             quantities = [self._player_quantities(p) for p in range(tree.num_players)]
             old = self.policy.clone()
