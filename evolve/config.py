@@ -1,0 +1,294 @@
+"""The configuration of an evolutionary run, as typed pydantic models.
+
+The layout follows OpenEvolve's ``config.yaml`` so that a task written for
+OpenEvolve runs unchanged: the top-level ``max_iterations`` and
+``random_seed``, and the ``llm``, ``prompt``, ``database`` and ``evaluator``
+sections with OpenEvolve's key names where they mean the same thing.
+OpenEvolve keys that have no counterpart here (checkpointing, LLM feedback,
+retries, …) are listed in :data:`IGNORED_OPENEVOLVE_KEYS` and dropped with an
+INFO log; any other unknown key is an error naming its path, so a typo like
+``database.num_island`` never passes silently. Our own additions are the
+``mutation`` section (the mix of LLM diffs and AST operators) and
+``batch_size``.
+
+:func:`load_config` reads a YAML file into an :class:`EvolveConfig`; a bad
+file raises :class:`ConfigError` whose message names the offending field.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "IGNORED_OPENEVOLVE_KEYS",
+    "ConfigError",
+    "DatabaseConfig",
+    "EvaluatorConfig",
+    "EvolveConfig",
+    "LLMConfig",
+    "LLMModelConfig",
+    "MutationConfig",
+    "PromptConfig",
+    "load_config",
+    "parse_config",
+]
+
+MUTATION_KINDS = ("llm", "constant", "operator", "function", "crossover")
+
+DEFAULT_SYSTEM_MESSAGE = (
+    "You are an expert programmer improving a program through evolution. "
+    "Only code between EVOLVE-BLOCK-START and EVOLVE-BLOCK-END may change."
+)
+
+# OpenEvolve keys accepted and ignored (no counterpart here), by section ("" = top level).
+IGNORED_OPENEVOLVE_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({
+        "checkpoint_interval", "log_level", "log_dir", "allow_full_rewrites", "language",
+        "file_suffix", "early_stopping_patience", "convergence_threshold", "early_stopping_metric",
+        "max_tasks_per_child", "evolution_trace",
+    }),
+    "llm": frozenset({
+        "evaluator_models", "api_key", "timeout", "retries", "retry_delay", "system_message",
+        "primary_model", "primary_model_weight", "secondary_model", "secondary_model_weight",
+        "reasoning_effort", "manual_mode",
+    }),
+    "llm.models": frozenset({"api_key", "timeout", "retries", "retry_delay", "temperature", "top_p",
+                             "max_tokens", "reasoning_effort"}),
+    "prompt": frozenset({
+        "template_dir", "evaluator_system_message", "use_template_stochasticity", "template_variations",
+        "use_meta_prompting", "meta_prompt_weight", "include_changes_under_chars",
+        "suggest_simplification_after_chars",
+        "concise_implementation_max_lines", "comprehensive_implementation_min_lines",
+        "code_length_threshold", "programs_as_changes_description", "system_message_changes_description",
+        "initial_changes_description", "diff_summary_max_line_len", "diff_summary_max_lines",
+        "artifact_security_filter", "max_artifact_bytes",
+    }),
+    "database": frozenset({
+        "db_path", "in_memory", "log_prompts", "elite_selection_ratio", "random_seed",
+        "cleanup_old_artifacts", "artifact_size_threshold", "artifact_retention_days",
+        "artifacts_base_path", "novelty_llm", "embedding_model", "similarity_threshold",
+    }),
+    "evaluator": frozenset({
+        "max_retries", "use_llm_feedback", "llm_feedback_weight", "distributed",
+        "enable_artifacts", "max_artifact_storage",
+    }),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LLMModelConfig(_Section):
+    """One backend of the ensemble: an ``agents.load_llm`` URI (or an OpenAI model name) and its weight."""
+
+    name: str = Field(min_length=1)
+    weight: float = Field(1.0, gt=0)
+    api_base: str | None = None
+
+    def uri(self, default_api_base: str | None) -> str:
+        """The ``load_llm`` URI: the name itself when it is one, else ``openai:API_BASE#NAME``."""
+        if self.name == "embedded" or self.name.split(":", 1)[0] in ("hf", "gguf", "vllm", "openai", "function"):
+            return self.name
+        base = self.api_base or default_api_base or "https://api.openai.com/v1"
+        return f"openai:{base}#{self.name}"
+
+
+class LLMConfig(_Section):
+    models: list[LLMModelConfig] = Field(default_factory=list)
+    api_base: str | None = None
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(4096, ge=1)
+
+
+class PromptConfig(_Section):
+    system_message: str = DEFAULT_SYSTEM_MESSAGE
+    num_top_programs: int = Field(3, ge=0)
+    num_diverse_programs: int = Field(2, ge=0)
+    include_artifacts: bool = True
+    max_artifact_chars: int = Field(2000, ge=0)
+
+
+class DatabaseConfig(_Section):
+    """MAP-Elites islands (Mouret & Clune 2015; island models as in AlphaEvolve/FunSearch)."""
+
+    population_size: int = Field(1000, ge=1, description="programs kept over all islands")
+    archive_size: int = Field(100, ge=1, description="size of the elite archive (best programs overall)")
+    num_islands: int = Field(4, ge=1)
+    feature_dimensions: list[str] = Field(default_factory=lambda: ["complexity", "diversity"], min_length=1)
+    feature_bins: int | dict[str, int] = 10
+    feature_ranges: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="[low, high] per feature; defaults: complexity [L/2, 3L/2] (L = seed length), diversity [0, 0.25], metrics [0, 1]",
+    )
+    migration_interval: int = Field(50, ge=1, description="iterations between ring migrations")
+    migration_rate: float = Field(0.1, ge=0, le=1, description="fraction of an island's elites that migrate")
+    exploration_ratio: float = Field(0.2, ge=0, le=1)
+    exploitation_ratio: float = Field(0.7, ge=0, le=1)
+    diversity_reference_size: int = Field(8, ge=1, description="elites a program's diversity is measured against")
+
+    @field_validator("feature_bins")
+    @classmethod
+    def _bins_positive(cls, value: int | dict[str, int]) -> int | dict[str, int]:
+        values = value.values() if isinstance(value, dict) else [value]
+        if any(v < 1 for v in values):
+            raise ValueError("every feature bin count must be >= 1")
+        return value
+
+    @field_validator("feature_ranges")
+    @classmethod
+    def _ranges_ordered(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for name, (low, high) in value.items():
+            if not high > low:
+                raise ValueError(f"feature range of {name!r} must have high > low, got [{low}, {high}]")
+        return value
+
+    @model_validator(mode="after")
+    def _ratios(self) -> DatabaseConfig:
+        if self.exploration_ratio + self.exploitation_ratio > 1 + 1e-9:
+            raise ValueError(
+                f"exploration_ratio + exploitation_ratio must be <= 1, got "
+                f"{self.exploration_ratio} + {self.exploitation_ratio}"
+            )
+        if isinstance(self.feature_bins, dict):
+            missing = [d for d in self.feature_dimensions if d not in self.feature_bins]
+            if missing:
+                raise ValueError(f"feature_bins has no entry for feature dimension(s) {missing}")
+        return self
+
+    def bins(self, dimension: str) -> int:
+        return self.feature_bins[dimension] if isinstance(self.feature_bins, dict) else self.feature_bins
+
+
+class EvaluatorConfig(_Section):
+    timeout: float = Field(300.0, gt=0, description="wall-clock seconds per cascade stage")
+    memory_mb: int | None = Field(2048, ge=16, description="sandbox address-space limit; torch needs >= 1024")
+    max_processes: int = Field(64, ge=1)
+    cascade_evaluation: bool = True
+    cascade_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.75, 0.9])
+    parallel_evaluations: int = Field(4, ge=1, description="default batch size and worker count")
+
+
+class MutationConfig(_Section):
+    """How children are made: relative weights of LLM diffs and each AST operator."""
+
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {"llm": 0.6, "constant": 0.2, "operator": 0.1, "function": 0.05, "crossover": 0.05}
+    )
+    constant_sigma: float = Field(0.3, gt=0, description="std of the log-normal multiplicative noise")
+    additive_probability: float = Field(0.25, ge=0, le=1, description="chance a constant gets additive noise")
+    max_constants: int = Field(3, ge=1, description="at most this many constants change per mutation")
+    perturb_ints: bool = True
+    function_pairs: list[tuple[str, str]] = Field(
+        default_factory=lambda: [
+            ("min", "max"),
+            ("torch.minimum", "torch.maximum"),
+            ("torch.relu", "torch.abs"),
+            ("torch.sqrt", "torch.log1p"),
+            ("torch.exp", "torch.expm1"),
+            ("math.sqrt", "math.log1p"),
+            ("math.exp", "math.expm1"),
+            ("abs", "float"),
+        ]
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _known_kinds(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(MUTATION_KINDS))
+        if unknown:
+            raise ValueError(f"unknown mutation kind(s) {unknown}; known: {list(MUTATION_KINDS)}")
+        if any(w < 0 for w in value.values()):
+            raise ValueError("mutation weights must be >= 0")
+        if sum(value.values()) <= 0:
+            raise ValueError("at least one mutation weight must be > 0")
+        return value
+
+
+class EvolveConfig(_Section):
+    max_iterations: int = Field(100, ge=0)
+    random_seed: int = 42
+    batch_size: int | None = Field(
+        None, ge=1, description="candidates made from one database snapshot; default evaluator.parallel_evaluations"
+    )
+    diff_based_evolution: bool = True
+    max_code_length: int = Field(10_000, ge=1)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
+    mutation: MutationConfig = Field(default_factory=MutationConfig)
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size or self.evaluator.parallel_evaluations
+
+
+def _drop_ignored(data: Any, section: str, dropped: list[str]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    ignored = IGNORED_OPENEVOLVE_KEYS.get(section, frozenset())
+    out = {}
+    for key, value in data.items():
+        path = f"{section}.{key}" if section else str(key)
+        if key in ignored:
+            dropped.append(path)
+            continue
+        if section == "" and key in ("llm", "prompt", "database", "evaluator"):
+            value = _drop_ignored(value, key, dropped)
+            if key == "llm" and isinstance(value, dict) and isinstance(value.get("models"), list):
+                value["models"] = [_drop_ignored(m, "llm.models", dropped) for m in value["models"]]
+        out[key] = value
+    return out
+
+
+def parse_config(data: dict[str, Any] | None, *, source: str = "config") -> EvolveConfig:
+    """Validate a config mapping (OpenEvolve layout accepted); raises :class:`ConfigError` naming the field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    dropped: list[str] = []
+    cleaned = _drop_ignored(data, "", dropped)
+    if dropped:
+        logger.info("%s: ignoring OpenEvolve keys without a counterpart here: %s", source, ", ".join(dropped))
+    try:
+        return EvolveConfig.model_validate(cleaned)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+            problems.append(f"{path}: {message}")
+        raise ConfigError(f"{source}: invalid configuration: " + "; ".join(problems)) from None
+
+
+def load_config(path: str | Path) -> EvolveConfig:
+    """Read a YAML config file; raises :class:`ConfigError` naming the bad field or the YAML error."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_config(data, source=str(path))

@@ -1,0 +1,269 @@
+"""Sandboxed cascade evaluation of candidate programs.
+
+A task's ``evaluator.py`` (OpenEvolve's format) defines ``evaluate(program_path)
+-> dict`` and optionally ``evaluate_stage1/2/3``. Every stage runs in its own
+:class:`agents.sandbox.Sandbox` process: bubblewrap where available (no
+network, read-only file system except the scratch directory, own PID
+namespace), a wall-clock timeout per stage, an address-space limit, a process
+limit and a clean environment. The candidate is written as ``program.py`` in
+the scratch directory; the evaluator is loaded from its own (read-only bound)
+path so it can find its data files.
+
+Cascade (AlphaEvolve's "evaluation cascade", Novikov et al. 2025; OpenEvolve's
+``cascade_thresholds``): with ``evaluate_stage1`` defined, the stages run in
+order ``evaluate_stage1``, ``evaluate_stage2`` (or ``evaluate`` when there is
+no stage 2), ``evaluate_stage3``; after stage ``k`` the fitness of the metrics
+so far (``combined_score``, else the mean) must reach
+``cascade_thresholds[k-1]`` or the cascade stops there, and the program keeps
+the metrics it has (it is cheap and weak, not broken). Later stages' metrics
+override earlier ones.
+
+A stage fails the program when it crashes, times out, exceeds its memory
+limit, or returns something that is not a flat dict of finite numbers
+(OpenEvolve's ``EvaluationResult`` with ``.metrics``/``.artifacts`` is also
+accepted). The failure reason and the captured stderr are kept as
+artifacts. The result travels back on standard output behind a random nonce
+given on stdin, so ordinary program output cannot be mistaken for it.
+
+:func:`run_evaluation` is a plain top-level function of a picklable
+:class:`EvalJob`, so any executor (threads, processes, Ray) can run it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.sandbox import Sandbox, SandboxError
+
+from .config import EvaluatorConfig
+from .program import fitness_of
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EvalJob", "EvalOutcome", "TaskError", "TaskEvaluator", "run_evaluation", "validate_metrics"]
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+_MARK = "__EVOLVE_RESULT__"
+_MAX_ARTIFACT = 8000
+
+_HARNESS = r'''
+import importlib.util, json, math, os, sys, traceback
+_nonce = sys.stdin.readline().strip()
+def _emit(payload, _nonce=_nonce):
+    def default(value):
+        try:
+            return float(value)
+        except Exception:
+            return repr(value)
+    text = json.dumps(payload, default=default)
+    sys.stdout.flush()
+    os.write(1, ("\n__EVOLVE_RESULT__" + _nonce + " " + text + "\n").encode())
+stage, evaluator_path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.dirname(evaluator_path))
+try:
+    spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["evaluator"] = module
+    spec.loader.exec_module(module)
+    result = getattr(module, stage)(os.path.abspath("program.py"))
+except BaseException as exc:
+    traceback.print_exc()
+    _emit({"error": stage + " raised " + type(exc).__name__ + ": " + str(exc)[:500]})
+    sys.stderr.flush()
+    os._exit(1)
+if hasattr(result, "metrics"):
+    payload = {"metrics": getattr(result, "metrics"), "artifacts": getattr(result, "artifacts", None) or {}}
+else:
+    payload = {"metrics": result, "artifacts": {}}
+if not isinstance(payload["metrics"], dict):
+    payload = {"error": stage + " returned " + type(payload["metrics"]).__name__ + ", expected a dict of metrics"}
+else:
+    payload["artifacts"] = {str(k): str(v) for k, v in dict(payload["artifacts"]).items()}
+_emit(payload)
+'''
+
+# Tasks written for newer OpenEvolve return ``openevolve.evaluation_result.EvaluationResult``.
+_OPENEVOLVE_SHIM = {
+    "openevolve/__init__.py": "",
+    "openevolve/evaluation_result.py": (
+        "from dataclasses import dataclass, field\n"
+        "@dataclass\nclass EvaluationResult:\n"
+        "    metrics: dict = field(default_factory=dict)\n"
+        "    artifacts: dict = field(default_factory=dict)\n"
+    ),
+}
+
+
+class TaskError(ValueError):
+    """A task directory or evaluator that cannot be used; the message says what is wrong."""
+
+
+def validate_metrics(metrics: Any) -> dict[str, float]:
+    """A flat dict of finite numbers, or :class:`ValueError` naming the offending entry."""
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics must be a dict, got {type(metrics).__name__}")
+    if not metrics:
+        raise ValueError("metrics dict is empty")
+    clean: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise ValueError(f"metric name {key!r} is not a string")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"metric {key!r} is not a number: {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"metric {key!r} is not finite: {value!r}")
+        clean[key] = float(value)
+    return clean
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """Everything one evaluation needs; picklable, with no reference to live objects."""
+
+    code: str
+    evaluator_path: str
+    stages: tuple[str, ...]
+    thresholds: tuple[float, ...]
+    timeout_s: float
+    memory_mb: int | None
+    max_processes: int
+    pythonpath: tuple[str, ...]
+
+
+@dataclass
+class EvalOutcome:
+    status: str  # "ok" | "failed"
+    metrics: dict[str, float] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    stages_run: int = 0
+    seconds: float = 0.0
+
+    @property
+    def failure(self) -> str | None:
+        return self.artifacts.get("failure")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tail(text: str, limit: int = _MAX_ARTIFACT) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def run_evaluation(job: EvalJob) -> EvalOutcome:
+    """Run the cascade for one candidate; never raises for anything the candidate does."""
+    started = time.monotonic()
+    sandbox = Sandbox(
+        timeout_s=job.timeout_s,
+        memory_mb=job.memory_mb,
+        max_processes=job.max_processes,
+        pythonpath=job.pythonpath,
+    )
+    files = {"program.py": job.code, **_OPENEVOLVE_SHIM}
+    metrics: dict[str, float] = {}
+    artifacts: dict[str, str] = {}
+    for index, stage in enumerate(job.stages):
+        nonce = secrets.token_hex(16)
+        try:
+            result = sandbox.run(_HARNESS, files=files, args=[stage, job.evaluator_path], stdin=nonce + "\n")
+        except SandboxError as exc:
+            artifacts["failure"] = f"{stage}: the sandbox could not run the evaluation: {exc}"
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+        payload = None
+        marker = _MARK + nonce + " "
+        for line in result.stdout.splitlines():
+            if line.startswith(marker):
+                try:
+                    payload = json.loads(line[len(marker) :])
+                except json.JSONDecodeError:
+                    payload = {"error": f"{stage} produced an unreadable result"}
+        if result.stderr.strip():
+            artifacts[f"{stage}_stderr"] = _tail(result.stderr)
+        stdout = result.stdout.replace(marker, "[result] ") if payload is not None else result.stdout
+        if stdout.strip():
+            artifacts[f"{stage}_stdout"] = _tail(stdout, 2000)
+        if result.killed_by is not None or payload is None or "error" in payload or not result.ok:
+            if result.killed_by is not None:
+                reason = result.describe()
+            elif payload is not None and "error" in payload:
+                reason = payload["error"]
+            else:
+                reason = f"{result.describe()}: {_last_line(result.stderr) or 'no result reported'}"
+            artifacts["failure"] = f"{stage}: {reason}"
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+        try:
+            stage_metrics = validate_metrics(payload.get("metrics"))
+        except ValueError as exc:
+            artifacts["failure"] = f"{stage}: invalid metrics: {exc}"
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+        metrics.update(stage_metrics)
+        for key, value in (payload.get("artifacts") or {}).items():
+            artifacts[key] = _tail(str(value))
+        if index < len(job.stages) - 1 and index < len(job.thresholds):
+            score = fitness_of(metrics)
+            if score is None or score < job.thresholds[index]:
+                artifacts["cascade"] = (
+                    f"stopped after {stage}: fitness {score} below threshold {job.thresholds[index]}"
+                )
+                return EvalOutcome("ok", metrics, artifacts, index + 1, time.monotonic() - started)
+    return EvalOutcome("ok", metrics, artifacts, len(job.stages), time.monotonic() - started)
+
+
+class TaskEvaluator:
+    """An OpenEvolve-style ``evaluator.py`` bound to the evaluator settings; makes :class:`EvalJob` s."""
+
+    def __init__(self, evaluator_path: str | Path, config: EvaluatorConfig, extra_pythonpath: tuple[str, ...] = ()):
+        path = Path(evaluator_path).resolve()
+        if not path.is_file():
+            raise TaskError(f"evaluator file {path} does not exist")
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SyntaxError as exc:
+            raise TaskError(f"{path} does not parse: {exc.msg} (line {exc.lineno})") from None
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        available = defined | imported
+        if config.cascade_evaluation and "evaluate_stage1" in available:
+            stages = ["evaluate_stage1"]
+            if "evaluate_stage2" in available:
+                stages.append("evaluate_stage2")
+            elif "evaluate" in available:
+                stages.append("evaluate")
+            if "evaluate_stage3" in available and "evaluate_stage2" in available:
+                stages.append("evaluate_stage3")
+        elif "evaluate" in available:
+            stages = ["evaluate"]
+        else:
+            raise TaskError(f"{path} defines no evaluate(program_path) function")
+        self.path = path
+        self.config = config
+        self.stages = tuple(stages)
+        self.pythonpath = tuple(dict.fromkeys([str(path.parent), PACKAGE_ROOT, *extra_pythonpath]))
+
+    def job(self, code: str) -> EvalJob:
+        return EvalJob(
+            code=code,
+            evaluator_path=str(self.path),
+            stages=self.stages,
+            thresholds=tuple(self.config.cascade_thresholds),
+            timeout_s=self.config.timeout,
+            memory_mb=self.config.memory_mb,
+            max_processes=self.config.max_processes,
+            pythonpath=self.pythonpath,
+        )
+
+    def evaluate(self, code: str) -> EvalOutcome:
+        return run_evaluation(self.job(code))

@@ -1,0 +1,61 @@
+"""Task directories in OpenEvolve's layout.
+
+A task is a directory holding ``initial_program.py`` (the seed, with
+``EVOLVE-BLOCK-START``/``EVOLVE-BLOCK-END`` markers), ``evaluator.py``
+(``evaluate(program_path) -> dict``, optionally ``evaluate_stage1/2/3``) and,
+optionally, ``config.yaml`` (OpenEvolve's keys, see :mod:`evolve.config`).
+That is exactly what OpenEvolve's ``openevolve-run.py initial_program.py
+evaluator.py --config config.yaml`` takes, so such tasks run here unchanged.
+Built-in tasks live in ``evolve/tasks/NAME/`` and may be named by ``NAME``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from .evaluator import TaskError
+from .program import EvolveBlockError, find_evolve_blocks
+
+__all__ = ["BUILTIN_TASKS_DIR", "Task", "load_task"]
+
+BUILTIN_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    directory: Path
+    initial_program: str
+    evaluator_path: Path
+    config_path: Path | None
+
+
+def load_task(spec: str | Path) -> Task:
+    """Load a task directory (or a built-in task by name); raises :class:`TaskError` saying what is missing."""
+    path = Path(spec).expanduser()
+    if not path.exists() and (BUILTIN_TASKS_DIR / str(spec)).is_dir():
+        path = BUILTIN_TASKS_DIR / str(spec)
+    if not path.is_dir():
+        builtin = sorted(p.name for p in BUILTIN_TASKS_DIR.iterdir() if p.is_dir() and not p.name.startswith("_")) \
+            if BUILTIN_TASKS_DIR.is_dir() else []
+        raise TaskError(f"task {str(spec)!r} is not a directory (built-in tasks: {', '.join(builtin) or 'none'})")
+    path = path.resolve()
+    program_path, evaluator_path = path / "initial_program.py", path / "evaluator.py"
+    for required in (program_path, evaluator_path):
+        if not required.is_file():
+            raise TaskError(f"task {path} has no {required.name}")
+    code = program_path.read_text(encoding="utf-8")
+    try:
+        blocks = find_evolve_blocks(code)
+    except EvolveBlockError as exc:
+        raise TaskError(f"{program_path}: {exc}") from None
+    if not blocks:
+        raise TaskError(f"{program_path} has no EVOLVE-BLOCK-START / EVOLVE-BLOCK-END region to evolve")
+    try:
+        ast.parse(code, filename=str(program_path))
+    except SyntaxError as exc:
+        raise TaskError(f"{program_path} does not parse: {exc.msg} (line {exc.lineno})") from None
+    config_path = path / "config.yaml"
+    return Task(path.name, path, code, evaluator_path, config_path if config_path.is_file() else None)

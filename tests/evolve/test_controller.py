@@ -1,0 +1,158 @@
+"""The evolution loop on the OpenEvolve-format curve-fitting task."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from agents.llm import FunctionLLM
+from evolve.config import load_config
+from evolve.controller import Controller, RunError
+from evolve.database import ProgramStore
+from evolve.evaluator import TaskError
+from evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
+from evolve.mutation import LLMEnsemble
+from evolve.task import load_task
+
+from .scripted_llm import answer
+
+TASK = Path(__file__).parent / "tasks" / "curve_fit"
+
+
+def signature(run_dir):
+    store = ProgramStore(Path(run_dir) / "programs.db")
+    try:
+        return [(p.iteration, p.id, p.parent_id, p.island, p.status, p.metrics, p.mutation.get("kind"))
+                for p in store.programs()]
+    finally:
+        store.close()
+
+
+def run(tmp_path, name, iterations=16, executor=None, llms=None, **overrides):
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = iterations
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    ctl = Controller(task, cfg, tmp_path / name, llms=llms, executor=executor)
+    try:
+        return ctl.run()
+    finally:
+        ctl.close()
+
+
+def test_openevolve_task_runs_unchanged_and_improves(tmp_path):
+    result = run(tmp_path, "a", iterations=24)
+    assert result.iterations == 24 and result.evaluated + result.mutation_failed == 25
+    assert result.best_score > result.seed_score
+    lines = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 25
+    assert (tmp_path / "a" / "best_program.py").read_text().count("EVOLVE-BLOCK-START") == 1
+
+
+def test_same_seed_gives_the_same_run_whatever_the_workers_or_executor(tmp_path, monkeypatch):
+    a = run(tmp_path, "w1", executor=ProcessExecutor(1))
+    b = run(tmp_path, "w4", executor=ProcessExecutor(4))
+    assert signature(tmp_path / "w1") == signature(tmp_path / "w4")
+    assert a.best_score == b.best_score
+
+    class Ref:
+        def __init__(self, fn, job):
+            self.fn, self.job = fn, job
+
+    fake = types.ModuleType("ray")
+    state = {"init": None}
+    fake.is_initialized = lambda: state["init"] is not None
+    fake.init = lambda **kw: state.update(init=kw)
+    fake.remote = lambda **opts: (lambda fn: types.SimpleNamespace(remote=lambda job: Ref(fn, job)))
+    # finish in reverse submission order, as a cluster might
+    fake.wait = lambda pending, num_returns=1: ([pending[-1]], pending[:-1])
+    fake.get = lambda ref: ref.fn(ref.job)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    run(tmp_path, "ray", executor=RayExecutor(workers=2))
+    assert state["init"]["num_cpus"] == 2
+    assert signature(tmp_path / "ray") == signature(tmp_path / "w1")
+    other = run(tmp_path, "s2", random_seed=8)
+    assert signature(tmp_path / "s2") != signature(tmp_path / "w1")
+    assert other.seed_score == a.seed_score
+
+
+def test_ray_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ExecutorError, match=r"install the 'ray' extra"):
+        RayExecutor(2)
+
+
+def test_scripted_llm_diffs_improve_and_malformed_answers_are_recorded(tmp_path):
+    llm = FunctionLLM(answer, name="scripted")
+    cfg_llm = LLMEnsemble([(llm, 1.0)])
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = 16
+    cfg.mutation.weights = {"llm": 1.0}
+    ctl = Controller(task, cfg, tmp_path / "llm", llms=cfg_llm)
+    result = ctl.run()
+    ctl.close()
+    assert result.best_score > result.seed_score + 0.05
+    assert llm.calls == 4 and llm.batch_sizes == [4, 4, 4, 4]    # one batched call per batch
+    programs = ProgramStore(tmp_path / "llm" / "programs.db").programs()
+    failed = [p for p in programs if p.status == "mutation_failed"]
+    assert failed, "the script answers malformed text for some seeds"
+    assert all(p.failure.startswith("malformed LLM answer") and p.artifacts["llm_response"] for p in failed)
+    assert all(p.mutation["model"] == "scripted" for p in programs[1:])
+    best = next(p for p in programs if p.id == result.best_id)
+    assert best.mutation["detail"] == "diff" and best.generation >= 1
+
+
+def test_resume_continues_without_reevaluating(tmp_path, monkeypatch):
+    run(tmp_path, "full", iterations=12)
+    partial = run(tmp_path, "part", iterations=6)
+    assert partial.iterations == 6
+    before = signature(tmp_path / "part")
+    import evolve.controller as controller_module
+
+    evaluated = []
+    real = controller_module.run_evaluation
+    monkeypatch.setattr(controller_module, "run_evaluation", lambda job: evaluated.append(job) or real(job))
+    ctl = Controller.resume(tmp_path / "part", max_iterations=12)
+    ctl.run()
+    ctl.close()
+    after = signature(tmp_path / "part")
+    assert after[: len(before)] == before
+    assert after == signature(tmp_path / "full")
+    assert len(evaluated) <= 6        # only the new iterations (minus failed mutations) were evaluated
+
+
+def test_resume_refuses_a_changed_task_or_seed(tmp_path):
+    run(tmp_path, "r", iterations=2)
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.random_seed = 99
+    with pytest.raises(RunError, match="started with seed 7"):
+        Controller(task, cfg, tmp_path / "r")
+
+
+def test_failing_seed_program_stops_the_run(tmp_path):
+    task_dir = tmp_path / "broken"
+    task_dir.mkdir()
+    (task_dir / "initial_program.py").write_text(
+        (TASK / "initial_program.py").read_text().replace("return a * x * x", "return undefined_name * x"))
+    (task_dir / "evaluator.py").write_text((TASK / "evaluator.py").read_text())
+    for path in (task_dir, *task_dir.iterdir()):
+        path.chmod(0o755)
+    ctl = Controller(load_task(task_dir), load_config(TASK / "config.yaml"), tmp_path / "run")
+    with pytest.raises(RunError, match="seed program failed.*NameError"):
+        ctl.run()
+    ctl.close()
+
+
+def test_bad_task_directories_are_named(tmp_path):
+    with pytest.raises(TaskError, match="no initial_program.py"):
+        load_task(tmp_path)
+    (tmp_path / "initial_program.py").write_text("x = 1\n")
+    (tmp_path / "evaluator.py").write_text("def evaluate(p):\n    return {}\n")
+    with pytest.raises(TaskError, match="no EVOLVE-BLOCK"):
+        load_task(tmp_path)

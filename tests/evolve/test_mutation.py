@@ -1,0 +1,196 @@
+"""LLM diff application, prompts, the ensemble and the AST operators."""
+
+from __future__ import annotations
+
+import ast
+import random
+
+import pytest
+
+from agents.llm import FunctionLLM
+from evolve.config import parse_config
+from evolve.mutation import (
+    LLMEnsemble,
+    MutationError,
+    MutationRequest,
+    Mutator,
+    apply_diff,
+    apply_llm_answer,
+    build_prompt,
+    crossover,
+    parse_diff,
+    perturb_constants,
+    swap_function,
+    swap_operator,
+)
+from evolve.program import Program, extract_evolve_blocks, frozen_parts_equal
+
+CODE = '''import torch
+
+SCALE = 3.0  # frozen constant, never touched
+
+
+# EVOLVE-BLOCK-START
+def step(x, y):
+    z = x * 0.5 + y - 2  # comment kept
+    if z < 1.0:
+        z = min(z, 4)
+    return torch.relu(torch.tensor(z))
+
+
+class Hook:
+    def update(self, r):
+        return r * 2.0
+# EVOLVE-BLOCK-END
+
+
+def frozen(a):
+    return a + SCALE * 7
+'''
+
+CFG = parse_config({})
+
+
+def diff(search, replace):
+    return f"<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+
+
+def test_diff_applies_inside_evolve_blocks_only():
+    child = apply_diff(CODE, parse_diff("Sure!\n" + diff("        return r * 2.0", "        return r * 3.0")))
+    assert "return r * 3.0" in child and frozen_parts_equal(CODE, child)
+    with pytest.raises(MutationError, match="only code outside the evolve blocks"):
+        apply_diff(CODE, parse_diff(diff("    return a + SCALE * 7", "    return 0")))
+    with pytest.raises(MutationError, match="not found anywhere"):
+        apply_diff(CODE, parse_diff(diff("nonexistent line", "x")))
+
+
+def test_several_blocks_apply_in_order():
+    answer = diff("    z = x * 0.5 + y - 2  # comment kept", "    z = x * 0.25 + y") + diff(
+        "        return r * 2.0", "        return r")
+    child, how = apply_llm_answer(CODE, answer)
+    assert how == "diff" and "z = x * 0.25 + y\n" in child and "        return r\n" in child
+
+
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        ("I would change the constant.", "neither SEARCH/REPLACE blocks nor a fenced"),
+        ("<<<<<<< SEARCH\nx\n>>>>>>> REPLACE\n", "has no '======='"),
+        ("<<<<<<< SEARCH\nx\n=======\ny\n", "not closed"),
+        ("<<<<<<< SEARCH\n\n=======\ny\n>>>>>>> REPLACE\n", "empty SEARCH"),
+    ],
+)
+def test_malformed_answers_raise_with_a_reason(answer, reason):
+    with pytest.raises(MutationError, match=reason):
+        apply_llm_answer(CODE, answer)
+
+
+def test_full_rewrite_is_transplanted_into_the_evolve_block():
+    rewrite = "```python\nimport os\n# EVOLVE-BLOCK-START\ndef step(x, y):\n    return x\n# EVOLVE-BLOCK-END\nEVIL = 1\n```"
+    child, how = apply_llm_answer(CODE, rewrite)
+    assert how == "rewrite"
+    assert extract_evolve_blocks(child) == ["def step(x, y):\n    return x\n"]
+    assert "EVIL" not in child and frozen_parts_equal(CODE, child)
+
+
+def test_prompt_shows_parent_metrics_artifacts_inspirations_and_format():
+    parent = Program(id="p", code=CODE, iteration=3, metrics={"combined_score": 0.5, "mse": 1.0}, fitness=0.5,
+                     artifacts={"evaluate_stderr": "Warning: slow"})
+    other = Program(id="q", code=CODE.replace("2.0", "9.0"), iteration=2, metrics={"combined_score": 0.7}, fitness=0.7)
+    messages = build_prompt(parent, [other], CFG)
+    assert messages[0]["role"] == "system"
+    user = messages[1]["content"]
+    for needle in ("return r * 2.0", "mse: 1", "Warning: slow", "return r * 9.0", "<<<<<<< SEARCH", ">>>>>>> REPLACE"):
+        assert needle in user
+
+
+def _blocks_only_changed(child):
+    ast.parse(child)
+    assert frozen_parts_equal(CODE, child) and child != CODE
+
+
+def test_constant_perturbation_is_seeded_and_stays_in_blocks():
+    a, note = perturb_constants(CODE, random.Random(3), CFG)
+    b, _ = perturb_constants(CODE, random.Random(3), CFG)
+    assert a == b and "->" in note
+    _blocks_only_changed(a)
+    assert "# comment kept" in a and "SCALE = 3.0" in a and "SCALE * 7" in a
+    children = {perturb_constants(CODE, random.Random(s), CFG)[0] for s in range(20)}
+    assert len(children) > 10
+
+
+def test_operator_swap_changes_one_operator_or_min_max():
+    seen = set()
+    for s in range(30):
+        child, note = swap_operator(CODE, random.Random(s))
+        _blocks_only_changed(child)
+        seen.add(note.split(": ")[1])
+    assert any(n.startswith("min ->") for n in seen)
+    assert any(n.startswith("< ->") for n in seen)
+    assert any(n.startswith("* ->") for n in seen) and any(n.startswith("+ ->") for n in seen)
+
+
+def test_function_swap_uses_configured_pairs():
+    child, note = swap_function(CODE, random.Random(0), CFG)
+    _blocks_only_changed(child)
+    assert note.endswith("torch.relu -> torch.abs") or note.endswith("min -> max")
+    cfg = parse_config({"mutation": {"function_pairs": [["torch.tensor", "torch.as_tensor"]]}})
+    child, _ = swap_function(CODE, random.Random(0), cfg)
+    assert "torch.as_tensor(z)" in child
+    with pytest.raises(MutationError, match="no call"):
+        swap_function("# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n", random.Random(0), CFG)
+
+
+def test_crossover_takes_a_same_named_function_from_the_other_parent():
+    donor = CODE.replace("        return r * 2.0", "        return r.clamp(min=0)")
+    child, note = crossover(CODE, donor, random.Random(0))
+    assert note == "function Hook.update from the second parent"
+    assert "return r.clamp(min=0)" in child and "return torch.relu" in child
+    _blocks_only_changed(child)
+    with pytest.raises(MutationError, match="share no differing function"):
+        crossover(CODE, CODE, random.Random(0))
+
+
+def _parent(code=CODE):
+    return Program(id="p0", code=code, iteration=0, metrics={"combined_score": 0.1}, fitness=0.1)
+
+
+def test_mutator_batches_prompts_per_backend_and_records_malformed_answers():
+    good = FunctionLLM(lambda m: diff("        return r * 2.0", "        return r * 2.5"), name="good")
+    bad = FunctionLLM(lambda m: "no idea", name="bad")
+    cfg = parse_config({"mutation": {"weights": {"llm": 1.0}}})
+    mutator = Mutator(cfg, LLMEnsemble([(good, 3.0), (bad, 1.0)]))
+    requests = [MutationRequest(i, "llm", _parent(), [], seed=i, model_index=i % 2) for i in range(4)]
+    results = mutator.make(requests)
+    assert good.calls == 1 and good.batch_sizes == [2] and bad.calls == 1
+    assert results[0].code is not None and "r * 2.5" in results[0].code and results[0].info["model"] == "good"
+    assert results[1].code is None and "malformed LLM answer" in results[1].failure
+    assert results[1].llm_response == "no idea"
+
+
+def test_mutator_without_llm_uses_ast_operators_and_rejects_an_empty_mix():
+    mutator = Mutator(CFG, None)
+    assert "llm" not in mutator.kinds and "constant" in mutator.kinds
+    with pytest.raises(ValueError, match="'llm' needs an LLM"):
+        Mutator(parse_config({"mutation": {"weights": {"llm": 1.0}}}), None)
+    out = mutator.make([MutationRequest(1, "constant", _parent(), [], seed=5),
+                        MutationRequest(2, "crossover", _parent(), [], seed=5)])
+    assert out[0].code is not None and out[1].failure.startswith("crossover needs a second parent")
+
+
+def test_llm_backend_error_fails_the_mutations_not_the_run():
+    def boom(messages):
+        raise ConnectionError("server down")
+
+    mutator = Mutator(parse_config({"mutation": {"weights": {"llm": 1.0}}}), LLMEnsemble([(FunctionLLM(boom), 1.0)]))
+    [result] = mutator.make([MutationRequest(1, "llm", _parent(), [], seed=1, model_index=0)])
+    assert result.code is None and "ConnectionError: server down" in result.failure
+
+
+def test_ensemble_choice_follows_weights():
+    ens = LLMEnsemble([(FunctionLLM(lambda m: "", name="a"), 9.0), (FunctionLLM(lambda m: "", name="b"), 1.0)])
+    rng = random.Random(0)
+    picks = [ens.choose(rng) for _ in range(1000)]
+    assert 850 < picks.count(0) < 950
+    with pytest.raises(ValueError, match="weight"):
+        LLMEnsemble([(FunctionLLM(lambda m: ""), 0.0)])
