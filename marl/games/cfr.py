@@ -170,57 +170,83 @@ class CFRSolver:
 
     # ------------------------------------------------------------ internals
     def _make_plan(self, p: int) -> dict:
-        """Flat (1-D) gather/scatter indices for player p's sweeps at this batch
-        size: 1-D index_select/index_add are several times faster than row
-        gathers on narrow rows, and the sweep is a few dozen of them."""
+        """Index tensors and pre-sliced workspace views for player p's sweeps.
+
+        Narrow rows (B < 4) use 1-D gathers/scatters over the flattened
+        storage, several times faster than row gathers of one or two values;
+        wide rows (B >= 4) use row gathers, whose index tensors stay small.
+        Slicing is done here once: inside the loop it would cost more than the
+        arithmetic on Leduc-sized trees.
+        """
         tree = self.tree
         B = self.batch
         dev = tree.device
-        ar = torch.arange(B, device=dev)
         sl = tree.infoset_slices[p]
         A = tree.max_actions
+        H = tree.num_nodes
+        R = tree.table_rows
+        wide = B >= 4
 
         def rows(idx, k):   # row idx of a node-major tensor with k values per row
+            if wide:
+                return idx
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+
+        def flat(idx, k):   # always 1-D: CPU index_add_ on rows goes through a slow scatter
+            return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+
+        def shaped(buf, n, k):   # a buffer viewed as n rows of k values
+            return buf[: n * k].view(n, k) if wide else buf[: n * k]
 
         edges = tree.player_edges[p]
         par = tree.parent[edges]
         nodes = tree.player_nodes[p]
-        # Per level, the index tensors and the (pre-sliced) views of the
-        # workspace that the sweeps read and write: slicing inside the loop
-        # would cost more than the arithmetic on Leduc-sized trees.
+        E = edges.numel()
         ws = self._ws
-        H = tree.num_nodes
+        table = self._table
         r = ws["r"].view(H, 2, B)
         v = ws["v"].view(H, B)
         pe = ws["pe"].view(H, B)
+        tmp = ws["tmp"]
         forward, backward = [], []
         for d in range(1, len(tree.level_bounds)):
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
             n = hi - lo
-            idx2, idx1 = rows(lp, 2 * B), rows(lp, B)
-            forward.append((idx2, ws["tmp"][: n * 2 * B], r[lo:hi], ws["tmp"][: n * 2 * B].view(n, 2, B)))
-            backward.append((idx1, v[lo:hi], pe[lo:hi], ws["tmp"][: n * B].view(n, B), ws["tmp"][: n * B]))
+            forward.append((rows(lp, 2 * B), shaped(tmp, n, 2 * B), r[lo:hi],
+                            tmp[: n * 2 * B].view(n, 2, B)))
+            backward.append((flat(lp, B), v[lo:hi], pe[lo:hi], tmp[: n * B].view(n, B),
+                             tmp[: n * B]))
         backward.reverse()
+        if wide:
+            cf_src, cf_idx = r[:, 1], par
+        else:
+            cf_src = ws["r"]
+            cf_idx = (par[:, None] * 2 * B + B + torch.arange(B, device=dev)).reshape(-1)
         return dict(
+            table_src=table if wide else table.view(-1),
+            r_all=shaped(ws["r"], 2 * H, B),
+            r_rows=shaped(ws["r"], H, 2 * B),
+            v_rows=shaped(ws["v"], H, B),
+            pe_all=shaped(ws["pe"], H, B),
             split=rows(tree.split_src[p], B),
             edge=rows(tree.edge_src, B),
             forward=forward,
             backward=backward,
             util_b=tree.node_utility[:, p:p + 1].expand(H, B).reshape(-1).clone(),
-            cf_par=(par[:, None] * 2 * B + B + ar).reshape(-1),
+            cf=(cf_src, cf_idx),
             v_edges=rows(edges, B),
             v_par=rows(par, B),
-            inst=rows(tree.edge_flat[edges] - sl.start * A, B),
+            inst=flat(tree.edge_flat[edges] - sl.start * A, B),
             r_nodes=rows(nodes, 2 * B),
-            sums=rows(tree.infoset[nodes] - sl.start, 2 * B),
+            sums=flat(tree.infoset[nodes] - sl.start, 2 * B),
             n_is=sl.stop - sl.start,
-            g=tuple(ws[k][: edges.numel() * B] for k in ("g1", "g2", "g3")),
+            g=tuple(shaped(ws[k], E, B) for k in ("g1", "g2", "g3")),
             legal=tree.legal_mask[sl],
             num_actions=tree.num_actions[sl],
             policy_view=self.policy[:, sl],
-            table_view=self._table[sl.start * A: sl.stop * A],
+            table_view=table[sl.start * A: sl.stop * A],
+            rows_total=R,
         )
 
     def _workspace(self) -> dict:
@@ -255,29 +281,30 @@ class CFRSolver:
         ws = self._workspace()
         n_is = plan["n_is"]
         H = tree.num_nodes
-        tflat = self._table.view(-1)
         # forward: own / counterfactual reach, [H, 2, B]
-        rflat = torch.index_select(tflat, 0, plan["split"], out=ws["r"])
-        r = rflat.view(H, 2, B)
-        for idx2, tmp_flat, r_level, tmp_level in plan["forward"]:
-            torch.index_select(rflat, 0, idx2, out=tmp_flat)
+        torch.index_select(plan["table_src"], 0, plan["split"], out=plan["r_all"])
+        r_rows = plan["r_rows"]
+        for idx2, tmp_out, r_level, tmp_level in plan["forward"]:
+            torch.index_select(r_rows, 0, idx2, out=tmp_out)
             r_level.mul_(tmp_level)
         # backward: p's expected utility from every node, [H, B]
-        torch.index_select(tflat, 0, plan["edge"], out=ws["pe"])
+        torch.index_select(plan["table_src"], 0, plan["edge"], out=plan["pe_all"])
+        v_rows = plan["v_rows"]
         vflat = ws["v"]
         vflat.copy_(plan["util_b"])
-        for idx1, v_level, pe_level, tmp_level, tmp_flat in plan["backward"]:
+        for idx1, v_level, pe_level, tmp_level, tmp_src in plan["backward"]:
             torch.mul(v_level, pe_level, out=tmp_level)
-            vflat.index_add_(0, idx1, tmp_flat)
+            vflat.index_add_(0, idx1, tmp_src)
         g1, g2, g3 = plan["g"]
-        torch.index_select(vflat, 0, plan["v_edges"], out=g2)
-        torch.index_select(vflat, 0, plan["v_par"], out=g3)
-        torch.index_select(rflat, 0, plan["cf_par"], out=g1)
+        torch.index_select(v_rows, 0, plan["v_edges"], out=g2)
+        torch.index_select(v_rows, 0, plan["v_par"], out=g3)
+        torch.index_select(plan["cf"][0], 0, plan["cf"][1], out=g1)
         g2.sub_(g3).mul_(g1)
-        inst = torch.zeros(n_is * A * B, dtype=r.dtype, device=r.device)
-        inst.index_add_(0, plan["inst"], g2)
-        sums = torch.zeros(n_is * 2 * B, dtype=r.dtype, device=r.device)
-        sums.index_add_(0, plan["sums"], rflat.index_select(0, plan["r_nodes"]))
+        dt, dv = self._table.dtype, self._table.device
+        inst = torch.zeros(n_is * A * B, dtype=dt, device=dv)
+        inst.index_add_(0, plan["inst"], g2.reshape(-1))
+        sums = torch.zeros(n_is * 2 * B, dtype=dt, device=dv)
+        sums.index_add_(0, plan["sums"], torch.index_select(r_rows, 0, plan["r_nodes"]).reshape(-1))
         inst = inst.view(n_is * A, B).T.reshape(B, n_is, A)
         sums = sums.view(n_is, 2, B).permute(1, 2, 0)          # [2, B, I_p]
         return inst, sums[0], sums[1]
