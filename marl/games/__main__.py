@@ -338,6 +338,65 @@ def solve(
         typer.echo(f"plot: {plotted}")
 
 
+@app.command()
+def psro(
+    game: str = typer.Option(..., "--game", help="OpenSpiel game string"),
+    iterations: int = typer.Option(20, "--iterations", "-n", help="PSRO iterations"),
+    train: str = typer.Option("uniform", "--train", help="training meta-solver (see `meta-solvers`)"),
+    eval_solver: Optional[str] = typer.Option(None, "--eval", help="evaluation meta-solver (default: --train)"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write a log-log PNG of exploitability vs iterations"),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """PSRO with an exact best-response oracle and exact meta-game payoffs."""
+    _setup_logging(verbose)
+    if iterations < 1:
+        _fail(f"--iterations must be >= 1, got {iterations}")
+    from .metasolvers import meta_solver_names
+    from .plots import plot_curves
+    from .psro import run_psro
+
+    known = meta_solver_names()
+    for flag, name in (("--train", train), ("--eval", eval_solver)):
+        if name is not None and name not in known:
+            _fail(f"{flag}: unknown meta-solver {name!r}; known: {', '.join(known)}")
+    console = _console()
+    tree, load_s = _load(game, device, console)
+    try:
+        res = run_psro(tree, iterations, train_solver=train, eval_solver=eval_solver, seed=seed)
+    except ValueError as exc:
+        _fail(str(exc))
+    plotted = None
+    if plot is not None:
+        pts = [(k, e) for k, e in enumerate(res.exploitability) if k > 0]
+        plotted = str(plot_curves({f"{res.train_solver}/{res.eval_solver}": pts}, plot,
+                                  title=f"{tree.game}: PSRO"))
+    payload = {
+        "game": tree.game, "train_solver": res.train_solver, "eval_solver": res.eval_solver,
+        "iterations": iterations, "exploitability": res.exploitability[-1],
+        "nash_conv": res.nash_conv[-1], "curve": res.exploitability,
+        "population_sizes": res.population_sizes[-1], "wall_seconds": res.wall_time,
+        "load_seconds": load_s, "device": str(tree.device), "plot": plotted,
+    }
+    if as_json:
+        typer.echo(json.dumps(payload))
+        return
+    typer.echo(res.summary())
+    if plotted:
+        typer.echo(f"plot: {plotted}")
+
+
+@app.command("meta-solvers")
+def meta_solvers_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the registered PSRO meta-solvers."""
+    from .metasolvers import meta_solver_names
+
+    names = meta_solver_names()
+    typer.echo(json.dumps({"meta_solvers": names}) if as_json else "\n".join(names))
+
+
 @app.command("algos")
 def algos_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the built-in algorithms."""

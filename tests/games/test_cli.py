@@ -117,3 +117,23 @@ def test_cfr_speed_benchmark_quick():
     assert head["leduc_nash_conv_diff_vs_cpp"] < 1e-9
     assert head["leduc_policy_diff_vs_cpp"] < 1e-9 and head["leduc_policy_diff_vs_python"] < 1e-9
     assert head["leduc_eval_diff"] < 1e-9 and head["batched_max_diff"] < 1e-9
+
+
+def test_psro_command_json_and_errors(tmp_path):
+    from open_spiel.python import policy as os_policy
+    from open_spiel.python.algorithms import exploitability
+
+    import pyspiel
+
+    r = _run("psro", "--game", "kuhn_poker", "--train", "nash", "--iterations", "8",
+             "--plot", str(tmp_path / "psro.png"), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # the curve starts at the uniform policy, whose exploitability OpenSpiel computes
+    game = pyspiel.load_game("kuhn_poker")
+    uniform = exploitability.exploitability(game, os_policy.UniformRandomPolicy(game))
+    assert out["curve"][0] == pytest.approx(uniform, abs=1e-12)
+    assert out["exploitability"] < 1e-3 < uniform
+    assert (tmp_path / "psro.png").stat().st_size > 0
+    bad = _run("psro", "--game", "kuhn_poker", "--train", "bogus")
+    assert bad.returncode == 2 and "bogus" in bad.stderr and "Traceback" not in bad.stderr
