@@ -20,7 +20,7 @@ cpu_torch = if $(1) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) 
 	  $(1) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
 	fi
 
-.PHONY: setup demo test test-fast test-vllm bench clean
+.PHONY: setup demo demo-society test test-fast test-vllm bench clean
 
 # vLLM lives in its own environment: its wheels pin torch/transformers and pull
 # packages that must not land in the main one.
@@ -53,7 +53,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m agents.embedded prepare; \
 	touch $(STAMP)
 
+# The main job: a short CFR discovery run (arXiv 2602.16928's experiment) on the
+# embedded model plus LLM-free mutations, then its report (runs/demo-cfr/*/summary.md).
 demo: setup
+	$(PY) -m evolve run cfr --config evolve/tasks/cfr/demo.yaml --llm embedded --out runs/demo-cfr --json
+	$(PY) -m evolve report runs/demo-cfr
+
+# The agent-graph demo: a society of thought on the embedded model.
+demo-society: setup
 	$(PY) -m topology run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
 
 test: setup
@@ -65,6 +72,8 @@ test-fast: setup
 bench: setup
 	@$(PY) -c "import langgraph" 2>/dev/null || $(PIP) install -e '.[test,dev]'
 	$(PY) benchmarks/runtime_batching.py
+	$(PY) benchmarks/cfr_speed.py
+	$(PY) benchmarks/evolve_throughput.py
 
 test-vllm: setup
 	@set -e; \

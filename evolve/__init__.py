@@ -6,8 +6,9 @@ persistent program database with MAP-Elites islands (Mouret & Clune 2015)
 and ring migration (:mod:`evolve.database`), LLM diff mutations and LLM-free
 AST operators (:mod:`evolve.mutation`), sandboxed cascade evaluation
 (:mod:`evolve.evaluator`), a local or Ray executor (:mod:`evolve.executors`),
-the loop itself (:mod:`evolve.controller`), reports (:mod:`evolve.report`)
-and discovery tasks (``evolve/tasks/``, e.g. ``cfr``). Task directories
+the loop itself (:mod:`evolve.controller`), reports (:mod:`evolve.report`,
+with held-out scoring against baselines in :mod:`evolve.held_out`) and the
+discovery tasks of arXiv 2602.16928 (``evolve/tasks/``: ``cfr``, ``psro``). Task directories
 written for OpenEvolve (``initial_program.py`` + ``evaluator.py`` +
 ``config.yaml``) run unchanged: ``python -m evolve run TASK_DIR``.
 """

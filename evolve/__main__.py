@@ -2,16 +2,21 @@
 
 ``run TASK`` evolves a task directory in OpenEvolve's layout (or a built-in
 task by name) and shows a progress bar (best score, evaluations per minute,
-failures); ``--resume RUN_DIR`` continues an interrupted run. ``report
-RUN_DIR`` writes ``summary.md`` and ``plots/fitness.png``. With ``--json`` the
-last line of standard output is one JSON object. Exit status 2 means bad
-input (configuration, task, options), 1 a run that failed.
+failures); ``--resume RUN_DIR`` continues an interrupted run; at the end it
+writes the report. ``report RUN_DIR`` writes ``summary.md`` and
+``plots/fitness.png``, scoring the seed, the best program and the task's
+baselines on its held-out set first when the task has one (RUN_DIR may also
+be the ``--out`` directory of ``run``: its newest run is meant). With
+``--json`` the last line of standard output is one JSON object. Exit status 2
+means bad input (configuration, task, options), 1 a run that failed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +32,39 @@ from rich.progress import (
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code.")
 err = Console(stderr=True)
+
+
+def _share_cpus_with_evaluations(workers: int) -> None:
+    """Give a local model in this process the cores the sandboxed evaluations leave free (at least one).
+
+    torch's default of one thread per core oversubscribes the machine while
+    ``workers`` evaluations run, and then generation slows down many times over.
+    """
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
+
+
+def _held_out_progress(as_json: bool):
+    """A rich progress bar for the held-out evaluation, started on its first result."""
+    state: dict = {}
+
+    def update(entry, done: int, total: int) -> None:
+        if "progress" not in state:
+            progress = Progress(TextColumn("[bold]held-out"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=err)
+            progress.start()
+            state["progress"], state["bar"] = progress, progress.add_task("held-out", total=total, last="")
+        state["progress"].update(state["bar"], completed=done, last=entry.label)
+        if done >= total:
+            state["progress"].stop()
+
+    def close() -> None:
+        if "progress" in state:
+            state["progress"].stop()
+
+    return update, close
 
 
 def _fail(message: str, code: int, as_json: bool) -> None:
@@ -84,7 +122,9 @@ def run(
         else:
             uris = [(m.uri(cfg.llm.api_base), m.weight) for m in cfg.llm.models]
         ensemble = LLMEnsemble.from_uris(uris) if uris else None
-        pool = make_executor(executor, workers or cfg.evaluator.parallel_evaluations)
+        n_workers = workers or cfg.evaluator.parallel_evaluations
+        _share_cpus_with_evaluations(n_workers)
+        pool = make_executor(executor, n_workers)
     except (ConfigError, TaskError, ExecutorError, UnknownLLM, ValueError, OSError) as exc:
         _fail(str(exc), 2, as_json)
 
@@ -123,7 +163,13 @@ def run(
     controller.close()
     from .report import write_report
 
-    write_report(result.run_dir)
+    update, close = _held_out_progress(as_json)
+    try:
+        figures = write_report(result.run_dir, workers=n_workers, on_held_out=update)
+    except Exception as exc:  # the run itself is committed; say why the report is missing
+        close()
+        _fail(f"the run finished ({result.run_dir}) but its report failed: {type(exc).__name__}: {exc}", 1, as_json)
+    close()
     payload = {
         "best_score": result.best_score,
         "seed_score": result.seed_score,
@@ -131,6 +177,8 @@ def run(
         "failed": result.failed,
         "run_dir": result.run_dir,
     }
+    if "held_out" in figures:
+        payload["held_out"] = figures["held_out"]
     if as_json:
         print(json.dumps(payload))
     else:
@@ -140,17 +188,22 @@ def run(
 
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(..., help="a run directory made by `python -m evolve run`"),
+    run_dir: Path = typer.Argument(..., help="a run directory made by `python -m evolve run` (or its --out directory)"),
+    held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="score on the task's held-out set"),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="parallel held-out evaluations"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Write summary.md (best program's diff, fitness plot, per-island statistics)."""
+    """Write summary.md (best program's diff, held-out table, fitness plot, per-island statistics)."""
     from .config import ConfigError
     from .report import write_report
 
+    update, close = _held_out_progress(as_json)
     try:
-        figures = write_report(run_dir)
+        figures = write_report(run_dir, held_out=held_out, workers=workers, on_held_out=update)
     except (FileNotFoundError, ConfigError, OSError, ValueError) as exc:
+        close()
         _fail(str(exc), 2, as_json)
+    close()
     if as_json:
         print(json.dumps(figures))
     else:

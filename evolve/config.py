@@ -8,8 +8,10 @@ OpenEvolve keys that have no counterpart here (checkpointing, LLM feedback,
 retries, …) are listed in :data:`IGNORED_OPENEVOLVE_KEYS` and dropped with an
 INFO log; any other unknown key is an error naming its path, so a typo like
 ``database.num_island`` never passes silently. Our own additions are the
-``mutation`` section (the mix of LLM diffs and AST operators) and
-``batch_size``.
+``mutation`` section (the mix of LLM diffs and AST operators), ``batch_size``,
+``evaluator.task_settings`` (per-run parameters handed to the task's
+evaluator) and the ``held_out`` section (what the report scores on the task's
+held-out set).
 
 :func:`load_config` reads a YAML file into an :class:`EvolveConfig`; a bad
 file raises :class:`ConfigError` whose message names the offending field.
@@ -39,6 +41,7 @@ __all__ = [
     "DatabaseConfig",
     "EvaluatorConfig",
     "EvolveConfig",
+    "HeldOutConfig",
     "LLMConfig",
     "LLMModelConfig",
     "MutationConfig",
@@ -186,6 +189,22 @@ class EvaluatorConfig(_Section):
     cascade_evaluation: bool = True
     cascade_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.75, 0.9])
     parallel_evaluations: int = Field(4, ge=1, description="default batch size and worker count")
+    task_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON values written as task_settings.json next to program.py in every evaluation's "
+        "scratch directory; a task's evaluator may read them (e.g. the cfr task's iterations)",
+    )
+
+    @field_validator("task_settings")
+    @classmethod
+    def _json_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"task_settings must hold plain JSON values: {exc}") from None
+        return value
 
 
 class MutationConfig(_Section):
@@ -224,6 +243,17 @@ class MutationConfig(_Section):
         return value
 
 
+class HeldOutConfig(_Section):
+    """After a run, the report scores programs on the task's held-out set (its ``evaluate_held_out``)."""
+
+    enabled: bool = True
+    top_programs: int = Field(1, ge=0, description="the best this many distinct programs (besides the seed)")
+    baselines: list[str] | None = Field(
+        None, description="names from the evaluator's held_out_baselines(); null: all of them, []: none"
+    )
+    timeout: float | None = Field(None, gt=0, description="seconds per program; default evaluator.timeout")
+
+
 class EvolveConfig(_Section):
     max_iterations: int = Field(100, ge=0)
     random_seed: int = 42
@@ -237,6 +267,7 @@ class EvolveConfig(_Section):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     mutation: MutationConfig = Field(default_factory=MutationConfig)
+    held_out: HeldOutConfig = Field(default_factory=HeldOutConfig)
 
     @property
     def effective_batch_size(self) -> int:

@@ -18,6 +18,11 @@ so far (``combined_score``, else the mean) must reach
 the metrics it has (it is cheap and weak, not broken). Later stages' metrics
 override earlier ones.
 
+Task settings: ``evaluator.task_settings`` (a JSON mapping in the run's
+configuration) is written as ``task_settings.json`` next to ``program.py``, so
+an evaluator can read per-run parameters (iterations, games) from
+``os.path.dirname(program_path)`` without changing its signature.
+
 A stage fails the program when it crashes, times out, exceeds its memory
 limit, or returns something that is not a flat dict of finite numbers
 (OpenEvolve's ``EvaluationResult`` with ``.metrics``/``.artifacts`` is also
@@ -48,11 +53,20 @@ from .program import fitness_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalJob", "EvalOutcome", "TaskError", "TaskEvaluator", "run_evaluation", "validate_metrics"]
+__all__ = [
+    "TASK_SETTINGS_FILE",
+    "EvalJob",
+    "EvalOutcome",
+    "TaskError",
+    "TaskEvaluator",
+    "run_evaluation",
+    "validate_metrics",
+]
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 _MARK = "__EVOLVE_RESULT__"
 _MAX_ARTIFACT = 8000
+TASK_SETTINGS_FILE = "task_settings.json"
 
 _HARNESS = r'''
 import importlib.util, json, math, os, sys, traceback
@@ -136,6 +150,7 @@ class EvalJob:
     memory_mb: int | None
     max_processes: int
     pythonpath: tuple[str, ...]
+    task_settings: str = ""     # JSON text, written as task_settings.json beside program.py when set
 
 
 @dataclass
@@ -173,6 +188,8 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
         pythonpath=job.pythonpath,
     )
     files = {"program.py": job.code, **_OPENEVOLVE_SHIM}
+    if job.task_settings:
+        files[TASK_SETTINGS_FILE] = job.task_settings
     metrics: dict[str, float] = {}
     artifacts: dict[str, str] = {}
     for index, stage in enumerate(job.stages):
@@ -263,6 +280,7 @@ class TaskEvaluator:
             memory_mb=self.config.memory_mb,
             max_processes=self.config.max_processes,
             pythonpath=self.pythonpath,
+            task_settings=json.dumps(self.config.task_settings, sort_keys=True) if self.config.task_settings else "",
         )
 
     def evaluate(self, code: str) -> EvalOutcome:

@@ -1,11 +1,18 @@
 """A run directory's report: ``summary.md`` and ``plots/fitness.png``.
 
 The summary gives the headline numbers (seed and best fitness, evaluations,
-failures), the best program as a unified diff against the seed, per-island
-statistics of the MAP-Elites islands (rebuilt from the stored programs exactly
-as the run built them), results per mutation kind and the most common failure
-reasons. The plot shows every program's fitness by iteration, the best so far,
-and failures along the bottom.
+failures), the best program as a unified diff against the seed, the seed and
+the best program metric by metric on the training set, and — when the task's
+evaluator defines ``evaluate_held_out`` — a table of the seed, the best evolved
+program and the task's baselines on the held-out set (see
+:mod:`evolve.held_out`; results are cached in ``held_out.json``). Then
+per-island statistics of the MAP-Elites islands (rebuilt from the stored
+programs exactly as the run built them), results per mutation kind and the
+most common failure reasons. The plot shows every program's fitness by
+iteration, the best so far, and failures along the bottom.
+
+A directory that holds run directories instead of being one (``--out`` of
+``python -m evolve run``) stands for its most recently created run.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ import yaml
 
 from .config import parse_config
 from .database import Population, ProgramStore
+from .held_out import HeldOutEntry, evaluate_held_out, supports_held_out
 from .program import Program
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["plot_fitness", "write_report"]
+__all__ = ["plot_fitness", "resolve_run_dir", "write_report"]
 
 
 def plot_fitness(programs: list[Program], path: Path) -> None:
@@ -65,12 +73,64 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def write_report(run_dir: str | Path) -> dict[str, Any]:
-    """Write ``summary.md`` and ``plots/fitness.png`` for a run directory; return the headline figures."""
-    run_dir = Path(run_dir)
+def resolve_run_dir(path: str | Path) -> Path:
+    """``path`` when it is a run directory, else the newest run directory directly inside it."""
+    path = Path(path)
+    if (path / "programs.db").is_file():
+        return path
+    runs = [p for p in path.iterdir() if (p / "programs.db").is_file()] if path.is_dir() else []
+    if not runs:
+        raise FileNotFoundError(f"{path} is not a run directory (no programs.db) and holds none")
+
+    def created(run: Path) -> tuple[float, str]:
+        try:
+            return float(json.loads((run / "run.json").read_text(encoding="utf-8"))["created"]), run.name
+        except (OSError, ValueError, KeyError, TypeError):
+            return (run / "programs.db").stat().st_mtime, run.name
+
+    return max(runs, key=created)
+
+
+def _metric_table(rows: list[tuple[str, dict[str, float] | None, str | None]]) -> list[str]:
+    """A markdown table, one row per program, one column per metric (``combined_score`` last, as *mean*).
+
+    Values are as the evaluator reports them (higher is better); the best of each column is bold.
+    """
+    names = sorted({k for _, m, _ in rows if m for k in m if k != "combined_score"})
+    columns = names + (["combined_score"] if any(m and "combined_score" in m for _, m, _ in rows) else [])
+    best = {c: max((m[c] for _, m, _ in rows if m and c in m), default=None) for c in columns}
+    header = ["program", *[("mean" if c == "combined_score" else c) for c in columns]]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(columns)]
+    for label, metrics, failure in rows:
+        if not metrics:
+            lines.append(f"| {label} | " + " | ".join(["failed"] * len(columns)) + " |"
+                         + (f" <!-- {failure} -->" if failure else ""))
+            continue
+        cells = []
+        for c in columns:
+            value = metrics.get(c)
+            text = _fmt(value)
+            cells.append(f"**{text}**" if value is not None and value == best[c] else text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_report(
+    run_dir: str | Path,
+    *,
+    held_out: bool = True,
+    workers: int | None = None,
+    on_held_out: Any = None,
+) -> dict[str, Any]:
+    """Write ``summary.md`` and ``plots/fitness.png`` for a run directory; return the headline figures.
+
+    With ``held_out`` (and the task's evaluator defining ``evaluate_held_out``,
+    and ``held_out.enabled`` in the run's config) the seed, the best programs
+    and the baselines are scored on the held-out set first (``workers`` in
+    parallel; ``on_held_out(entry, done, total)`` after each).
+    """
+    run_dir = resolve_run_dir(run_dir)
     db = run_dir / "programs.db"
-    if not db.is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run directory: no programs.db")
     config = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
                           source=str(run_dir / "config.yaml"))
     info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -110,9 +170,22 @@ def write_report(run_dir: str | Path) -> dict[str, Any]:
             seed.code.splitlines(keepends=True), best.code.splitlines(keepends=True),
             fromfile="seed/initial_program.py", tofile=f"best/{best.id}.py"))
         lines += ["```diff", diff.rstrip() or "(identical to the seed)", "```", ""]
-        if best.metrics:
-            lines += ["Metrics of the best program:", ""]
-            lines += [f"- {k}: {_fmt(v)}" for k, v in sorted(best.metrics.items())] + [""]
+    if best and seed and best.metrics:
+        verdict = ("beats" if best.fitness > seed.fitness else "does not beat")
+        lines += ["## Training set", "",
+                  (f"The best program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
+                   f"{_fmt(seed.fitness)}; higher is better)."), ""]
+        rows = [("seed", seed.metrics, None)]
+        if best.id != seed.id:
+            rows.insert(0, (f"best ({best.id})", best.metrics, None))
+        lines += _metric_table(rows) + [""]
+    held_out_figures: dict[str, float | None] | None = None
+    evaluator_path = Path(str(info.get("task", ""))) / "evaluator.py"
+    if held_out and config.held_out.enabled and evaluator_path.is_file() and supports_held_out(evaluator_path):
+        entries = evaluate_held_out(run_dir, evaluator_path, config, programs, population,
+                                    workers=workers, on_result=on_held_out)
+        held_out_figures = {e.label: e.score for e in entries}
+        lines += _held_out_section(entries, config)
     lines += ["## Islands", "", "| island | members | cells filled | best fitness | mean fitness |",
               "|---:|---:|---:|---:|---:|"]
     for stat in population.island_stats():
@@ -136,7 +209,7 @@ def write_report(run_dir: str | Path) -> dict[str, Any]:
         lines += ["", "## Most common failures", ""]
         lines += [f"- {count} x {reason}" for reason, count in failures.most_common(8)]
     (run_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {
+    figures = {
         "run_dir": str(run_dir),
         "summary": str(run_dir / "summary.md"),
         "plot": str(run_dir / "plots" / "fitness.png"),
@@ -144,3 +217,33 @@ def write_report(run_dir: str | Path) -> dict[str, Any]:
         "seed_score": seed.fitness if seed else None,
         "programs": len(programs),
     }
+    if held_out_figures is not None:
+        figures["held_out"] = held_out_figures
+    return figures
+
+
+def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
+    settings = config.evaluator.task_settings
+    lines = ["## Held-out set", "",
+             "Scored after the search by the task's `evaluate_held_out` (never used for selection)"
+             + (f", task settings `{json.dumps(settings, sort_keys=True)}`" if settings else "")
+             + "; higher is better, the best of each column in bold.", ""]
+    evolved = [e for e in entries if e.kind == "evolved"]
+    if not evolved:
+        lines += [("No evolved program beat the seed on the training set, so only the seed and the "
+                   "baselines are scored."), ""]
+    seed = next((e for e in entries if e.kind == "seed"), None)
+    if evolved and seed is not None and evolved[0].score is not None and seed.score is not None:
+        verdict = "beats" if evolved[0].score > seed.score else "does not beat"
+        lines += [(f"On the held-out mean the best evolved program {verdict} the seed "
+                   f"({_fmt(evolved[0].score)} vs {_fmt(seed.score)})."), ""]
+        scored = sorted((e for e in entries if e.score is not None), key=lambda e: e.score, reverse=True)
+        rank = next(i for i, e in enumerate(scored, start=1) if e is evolved[0])
+        lines += [f"It ranks {rank} of {len(scored)} on the held-out mean.", ""]
+    rows = [(e.label + (" (baseline)" if e.kind == "baseline" else ""), e.metrics if e.status == "ok" else None,
+             e.failure) for e in entries]
+    lines += _metric_table(rows) + [""]
+    failed = [e for e in entries if e.status != "ok"]
+    if failed:
+        lines += [f"- {e.label} failed: {(e.failure or '').splitlines()[0][:200]}" for e in failed] + [""]
+    return lines

@@ -2,12 +2,15 @@
 
 The callable receives the chat messages of one prompt (and, if it accepts
 them, the SamplingParams and the sample index) and returns the reply text.
-Token counts are whitespace-split word counts, so budgets behave sensibly.
+Token counts are whitespace-split word counts, so budgets behave sensibly; a
+reply longer than ``max_new_tokens`` words is cut after that many words, keeping
+its own whitespace (newlines and indentation survive, so code stays code).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import time
 from typing import Callable, Sequence
 
@@ -22,9 +25,22 @@ from .base import (
     truncate_at_stop,
 )
 
+_WORD = re.compile(r"\S+")
+
 
 def _count(text: str) -> int:
     return len(text.split())
+
+
+def _first_words(text: str, n: int) -> str:
+    """``text`` up to the end of its ``n``-th whitespace-separated word, with the
+    original whitespace (newlines, indentation) between the words kept."""
+    if n <= 0:
+        return ""
+    for count, match in enumerate(_WORD.finditer(text), start=1):
+        if count == n:
+            return text[: match.end()]
+    return text
 
 
 class FunctionLLM:
@@ -87,10 +103,9 @@ class FunctionLLM:
                 raise TypeError(f"FunctionLLM {self.name!r} returned {type(text).__name__}, expected str")
             p = plist[i]
             text, stopped = truncate_at_stop(text, p.stop)
-            words = text.split()
             finish = "stop"
-            if len(words) > p.max_new_tokens:
-                text = " ".join(words[: p.max_new_tokens])
+            if _count(text) > p.max_new_tokens:
+                text = _first_words(text, p.max_new_tokens)
                 finish = "length"
             n_out = _count(text)
             out[i].append(

@@ -280,7 +280,6 @@ class CFRSolver:
         plan = self._plan[p]
         ws = self._workspace()
         n_is = plan["n_is"]
-        H = tree.num_nodes
         # forward: own / counterfactual reach, [H, 2, B]
         torch.index_select(plan["table_src"], 0, plan["split"], out=plan["r_all"])
         r_rows = plan["r_rows"]

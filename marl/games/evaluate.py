@@ -113,15 +113,12 @@ class _BRIndex:
         self.own_depth = tree.own_depth[sl]
 
 
-_BR_CACHE: dict[tuple[int, int], _BRIndex] = {}
-
-
 def _br_index(tree: GameTree, player: int) -> _BRIndex:
-    key = (id(tree), player)
-    idx = _BR_CACHE.get(key)
+    key = ("best_response", player)
+    idx = tree.derived.get(key)
     if idx is None:
         idx = _BRIndex(tree, player)
-        _BR_CACHE[key] = idx
+        tree.derived[key] = idx
     return idx
 
 

@@ -66,16 +66,14 @@ __all__ = [
 
 # ------------------------------------------------------------------ mixtures --
 
-_SEQ_CACHE: dict[tuple[int, int], tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = {}
-
 
 def _parent_sequences(tree: GameTree, player: int):
     """For ``player``'s information sets (local indices), grouped by own depth:
     the information set and action slot of the player's previous own decision
     (perfect recall makes it unique). Returns per own depth ``d >= 1`` the
     tensors ``(infosets, parent infosets, parent slots)``."""
-    key = (id(tree), player)
-    hit = _SEQ_CACHE.get(key)
+    key = ("psro_parent_sequences", player)
+    hit = tree.derived.get(key)
     if hit is not None:
         return hit
     arr = tree.arrays
@@ -108,7 +106,7 @@ def _parent_sequences(tree: GameTree, player: int):
         levels.append((t(sel), t(par_is[sel]), t(par_slot[sel])))
     if n and ((own > 0) != (par_is >= 0)).any():
         raise AssertionError("own depth and parent sequences disagree")
-    _SEQ_CACHE[key] = levels
+    tree.derived[key] = levels
     return levels
 
 

@@ -317,17 +317,20 @@ def build_arrays(game: str, *, cache: bool = True,
     logger.info("built %s: %d histories, %d infosets in %.1fs", game, len(arr.parent),
                 len(arr.infoset_player), time.perf_counter() - t0)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-        os.close(fd)
+        tmp = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+            os.close(fd)
             payload = {k: v for k, v in arr.__dict__.items() if k not in ("game", "num_players")}
             with open(tmp, "wb") as fh:
                 np.savez(fh, game=np.str_(arr.game), num_players=np.int64(arr.num_players),
                          **payload)
             os.replace(tmp, path)
+        except OSError as exc:  # a full or read-only disk costs the cache, not the run
+            logger.warning("could not write the game cache %s (%s); continuing without it", path, exc)
         finally:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
     return arr
 
@@ -355,6 +358,9 @@ class GameTree:
         self.max_actions = arrays.actions.shape[1] if self.num_infosets else 1
         self.infoset_keys = [str(k) for k in arrays.infoset_keys]
         self._flat_cache: dict = {}
+        # Index structures derived from the tree by other modules (best
+        # response, PSRO), stored here so they live and die with the tree.
+        self.derived: dict = {}
         A = self.max_actions
 
         def t(x, dt=torch.long):

@@ -49,3 +49,38 @@ def test_a_perturbed_seed_is_a_different_valid_algorithm():
     out = run_evaluation(replace(job, stages=("evaluate_stage1",)))
     assert out.status == "ok", out.failure
     assert out.metrics["combined_score"] < 0
+
+
+def test_seed_hooks_are_cfr_plus_bit_for_bit_on_every_training_game():
+    """The seed's knobs (discount 0, floor 0, optimism 0, powers 1) are exact identities of CFR+."""
+    import importlib.util
+
+    from evolve.tasks.cfr.evaluator import TRAIN_GAMES
+    from marl.games import CFRSolver, get_algorithm
+
+    task = load_task("cfr")
+    spec = importlib.util.spec_from_file_location("cfr_seed", task.directory / "initial_program.py")
+    seed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed)
+    for game in TRAIN_GAMES:
+        ours = CFRSolver(game, seed.build_algorithm(), device="cpu").run(30).exploitability[0]
+        reference = CFRSolver(game, get_algorithm("cfr+"), device="cpu").run(30).exploitability[0]
+        assert float(ours) == float(reference), game
+
+
+def test_baselines_are_offered_as_programs_and_the_horizon_reaches_them(tmp_path):
+    from evolve.held_out import held_out_baselines
+    from evolve.tasks.cfr import evaluator as cfr_evaluator
+
+    task = load_task("cfr")
+    baselines = held_out_baselines(task.evaluator_path)
+    assert {"cfr", "cfr+", "dcfr", "pcfr+", "dpcfr+", "hs-pcfr+", "vad-cfr"} <= set(baselines)
+    path = tmp_path / "program.py"
+    path.write_text(baselines["vad-cfr"])
+    (tmp_path / "task_settings.json").write_text('{"held_out_iterations": 40}')
+    assert cfr_evaluator.settings(str(path))["held_out_iterations"] == 40
+    algorithm = cfr_evaluator.load_builder(str(path), 40)()
+    assert algorithm.name == "vad-cfr"
+    (tmp_path / "task_settings.json").write_text('{"iteratons": 40}')
+    with pytest.raises(ValueError, match="unknown cfr task setting"):
+        cfr_evaluator.settings(str(path))

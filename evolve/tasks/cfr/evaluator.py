@@ -1,16 +1,27 @@
 """Evaluator of the CFR discovery task (arXiv 2602.16928), OpenEvolve interface.
 
-The candidate's ``build_algorithm()`` must return a ``marl.games.Algorithm``;
-it runs ``ITERATIONS`` iterations of ``CFRSolver`` on each training game and
-the metrics are the per-game negative exploitability of the average policy
-and their mean as ``combined_score`` (higher is better). ``evaluate_stage1``
-is the cheap filter: ``STAGE1_ITERATIONS`` on 3-player Kuhn poker.
-``evaluate_held_out`` scores the held-out games (not used for selection).
-An optional ``settings.json`` next to this file overrides ``iterations``
-and ``stage1_iterations``.
+The candidate's ``build_algorithm()`` must return a ``marl.games.Algorithm``
+(it may take one argument, ``iterations``, the planned number of iterations,
+for schedules that need the horizon). It runs ``iterations`` iterations of
+``CFRSolver`` on each training game; the metrics are the per-game negative
+exploitability of the average policy and their mean as ``combined_score``
+(higher is better); an average policy with negative or non-finite entries
+fails the candidate (its "exploitability" would mean nothing).
+``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on 3-player
+Kuhn poker. ``evaluate_held_out`` scores the held-out games with
+``held_out_iterations`` (not used for selection), and ``held_out_baselines()``
+gives the built-in algorithms of ``marl.games`` as programs of the same form,
+so a report can rank them on the same footing.
+
+Settings (defaults: the paper's 1000 iterations, 100 for stage 1) come, later
+overriding earlier, from ``settings.json`` next to this file and from
+``task_settings.json`` next to the program (written by the engine from the
+run's ``evaluator.task_settings``): keys ``iterations``,
+``stage1_iterations``, ``held_out_iterations`` (default: ``iterations``).
 """
 
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -28,43 +39,107 @@ HELD_OUT_GAMES = [
     "goofspiel(num_cards=5,imp_info=True,points_order=descending)",
     "liars_dice(dice_sides=6)",
 ]
-ITERATIONS = 1000
-STAGE1_ITERATIONS = 100
+DEFAULTS = {"iterations": 1000, "stage1_iterations": 100, "held_out_iterations": None}
 
-_settings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "settings.json")
-if os.path.exists(_settings):
-    with open(_settings) as _handle:
-        _values = json.load(_handle)
-    ITERATIONS = int(_values.get("iterations", ITERATIONS))
-    STAGE1_ITERATIONS = int(_values.get("stage1_iterations", STAGE1_ITERATIONS))
+# The built-in baselines as candidate programs. Horizon-dependent constants follow
+# the planned number of iterations T: HS-PCFR+ schedules gamma over T, and VAD-CFR
+# starts averaging after T/2 iterations (the published 500 of 1000).
+_BASELINE_SOURCE = '''from marl.games.algorithms import {factory}
+
+
+def build_algorithm(iterations):
+    return {factory}({arguments})
+'''
+BASELINES = {
+    "cfr": ("CFR", ""),
+    "cfr+": ("CFRPlus", ""),
+    "lcfr": ("LCFR", ""),
+    "dcfr": ("DCFR", ""),
+    "pcfr+": ("PCFRPlus", ""),
+    "dpcfr+": ("DPCFRPlus", ""),
+    "hs-pcfr+": ("HSPCFRPlus", "total_iterations=iterations"),
+    "vad-cfr": ("VADCFR", "warmup_iterations=iterations // 2"),
+}
+
+
+def settings(program_path=None):
+    """The effective settings for an evaluation of ``program_path``."""
+    values = dict(DEFAULTS)
+    here = os.path.dirname(os.path.abspath(__file__))
+    places = [os.path.join(here, "settings.json")]
+    if program_path is not None:
+        places.append(os.path.join(os.path.dirname(os.path.abspath(program_path)), "task_settings.json"))
+    for place in places:
+        if os.path.exists(place):
+            with open(place) as handle:
+                loaded = json.load(handle)
+            unknown = sorted(set(loaded) - set(DEFAULTS))
+            if unknown:
+                raise ValueError(f"{place}: unknown cfr task setting(s) {unknown}; known: {sorted(DEFAULTS)}")
+            values.update({k: v for k, v in loaded.items() if v is not None})
+    for key in ("iterations", "stage1_iterations"):
+        values[key] = int(values[key])
+        if values[key] < 1:
+            raise ValueError(f"cfr task setting {key} must be >= 1, got {values[key]}")
+    values["held_out_iterations"] = int(values["held_out_iterations"] or values["iterations"])
+    return values
+
+
 
 
 def metric_name(game):
     return "neg_expl_" + re.sub(r"\W+", "_", game).strip("_")
 
 
-def load_algorithm(program_path):
+def load_builder(program_path, iterations):
+    """A function returning a fresh ``Algorithm`` of the program at ``program_path``."""
     from marl.games import Algorithm
 
     spec = importlib.util.spec_from_file_location("candidate", program_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    algorithm = module.build_algorithm()
-    if not isinstance(algorithm, Algorithm):
-        raise TypeError(f"build_algorithm() returned {type(algorithm).__name__}, expected marl.games.Algorithm")
-    return algorithm
+    build = getattr(module, "build_algorithm", None)
+    if not callable(build):
+        raise TypeError("the program defines no build_algorithm() function")
+    takes_horizon = len(inspect.signature(build).parameters) >= 1
+
+    def fresh():
+        algorithm = build(iterations) if takes_horizon else build()
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError(f"build_algorithm() returned {type(algorithm).__name__}, expected marl.games.Algorithm")
+        return algorithm
+
+    return fresh
+
+
+def check_average_policy(policy, game):
+    """The exploitability of anything but a probability distribution per information set means nothing."""
+    import torch
+
+    if not bool(torch.isfinite(policy).all()):
+        raise ValueError(f"the average policy on {game} has non-finite entries")
+    lowest = float(policy.min())
+    if lowest < -1e-9:
+        raise ValueError(f"the average policy on {game} is not a distribution: it has a negative "
+                         f"probability ({lowest:.3g}): the policies or the averaging weights went negative")
 
 
 def score(program_path, games, iterations):
     import torch
 
-    from marl.games import CFRSolver
+    from marl.games import CFRSolver, load_game
 
     torch.set_num_threads(1)
-    algorithm = load_algorithm(program_path)
+    fresh = load_builder(program_path, iterations)
     metrics = {}
     for game in games:
-        result = CFRSolver(game, algorithm, device="cpu").run(iterations)
+        # No disk cache: the sandbox cannot see the host's, and a large tree
+        # (3-player Leduc) would exceed the sandbox's file-size limit.
+        tree = load_game(game, "cpu", cache=False)
+        # A fresh Algorithm per game: hooks may keep state between iterations.
+        solver = CFRSolver(tree, fresh(), device="cpu")
+        result = solver.run(iterations)
+        check_average_policy(solver.average_policy(), game)
         exploitability = float(result.exploitability[0])
         if not math.isfinite(exploitability):
             raise ValueError(f"exploitability on {game} is {exploitability}")
@@ -74,12 +149,20 @@ def score(program_path, games, iterations):
 
 
 def evaluate_stage1(program_path):
-    return score(program_path, TRAIN_GAMES[:1], STAGE1_ITERATIONS)
+    return score(program_path, TRAIN_GAMES[:1], settings(program_path)["stage1_iterations"])
 
 
 def evaluate(program_path):
-    return score(program_path, TRAIN_GAMES, ITERATIONS)
+    return score(program_path, TRAIN_GAMES, settings(program_path)["iterations"])
 
 
 def evaluate_held_out(program_path):
-    return score(program_path, HELD_OUT_GAMES, ITERATIONS)
+    return score(program_path, HELD_OUT_GAMES, settings(program_path)["held_out_iterations"])
+
+
+def held_out_baselines():
+    """``{name: program source}`` for every built-in CFR variant, scored like a candidate."""
+    return {
+        name: _BASELINE_SOURCE.format(factory=factory, arguments=arguments)
+        for name, (factory, arguments) in BASELINES.items()
+    }

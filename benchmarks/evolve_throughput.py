@@ -1,0 +1,200 @@
+"""Evolution throughput: candidates evaluated per minute with 1 and 2 workers.
+
+Every candidate runs the way a search runs it: ``evolve.evaluator.run_evaluation``
+in its own sandboxed process (bubblewrap where available), through the cascade of
+the task's stages. The candidates are a fixed list of children of the task's seed
+(constant perturbations made with fixed seeds, the seed itself first), so every
+configuration scores exactly the same programs; the table checks that all
+configurations return the same metrics.
+
+1. Executor throughput: all candidates handed to one executor at once
+   (``map_unordered``) — the local process pool (the default executor) and Ray
+   (``--executor ray``) when it is installed, each with 1 and 2 workers. The
+   baseline is the same executor with 1 worker; the target on a 2-core machine
+   is at least 1.7x with 2 workers.
+2. Search throughput: a whole ``Controller`` run (mutation, sandboxed cascade,
+   SQLite commits, MAP-Elites updates) of as many iterations, LLM-free, with 1
+   and 2 workers (``batch_size = 2 x workers``); the batch barrier makes this a
+   little lower than the executor figure.
+
+The task is the built-in ``cfr`` task at a small number of CFR iterations
+(``--cfr-iterations``, default 100; the paper's 1000 makes each candidate ~4 s
+instead of ~2 s, with the same scaling), or ``--task curve_fit`` (the
+OpenEvolve-format test task, whose candidates cost little more than starting
+the sandbox).
+
+Run: ``python benchmarks/evolve_throughput.py`` (``--quick`` for a smoke run:
+4 candidates, executor throughput only). Prints a table and ends with one
+JSON line of the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evolve.config import EvolveConfig, load_config, parse_config  # noqa: E402
+from evolve.controller import Controller  # noqa: E402
+from evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation  # noqa: E402
+from evolve.executors import ExecutorError, make_executor  # noqa: E402
+from evolve.mutation import MutationError, perturb_constants  # noqa: E402
+from evolve.task import Task, load_task  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = {"cfr": "cfr", "curve_fit": str(REPO / "tests" / "evolve" / "tasks" / "curve_fit")}
+
+
+def task_and_config(name: str, cfr_iterations: int) -> tuple[Task, EvolveConfig]:
+    task = load_task(TASKS[name])
+    config = load_config(task.config_path) if task.config_path else parse_config({})
+    if name == "cfr":
+        config.evaluator.task_settings = {"iterations": cfr_iterations,
+                                          "stage1_iterations": max(1, cfr_iterations // 10)}
+        config.evaluator.cascade_thresholds = [-1.0]     # every sane candidate reaches the full stage
+    config.evaluator.timeout = 300
+    return task, config
+
+
+def candidates(task: Task, config: EvolveConfig, count: int) -> list[str]:
+    """The seed and ``count - 1`` distinct constant perturbations of it (fixed seeds)."""
+    codes, seen, seed = [task.initial_program], {task.initial_program}, 0
+    while len(codes) < count:
+        seed += 1
+        try:
+            child, _ = perturb_constants(task.initial_program, random.Random(seed), config)
+        except MutationError as exc:
+            raise SystemExit(f"cannot make benchmark candidates from {task.name}: {exc}") from None
+        if child not in seen:
+            seen.add(child)
+            codes.append(child)
+    return codes
+
+
+def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
+    executor = make_executor(kind, workers)
+    try:
+        run_evaluation(jobs[0])                  # warm the page cache and the executor
+        started = time.perf_counter()
+        results = dict(executor.map_unordered(run_evaluation, jobs))
+        seconds = time.perf_counter() - started
+    finally:
+        executor.close()
+    for index, outcome in results.items():
+        if isinstance(outcome, BaseException):
+            raise SystemExit(f"{kind} executor, job {index}: {outcome!r}")
+    ok = sum(o.status == "ok" for o in results.values())
+    return {"executor": kind, "workers": workers, "candidates": len(jobs), "ok": ok, "seconds": seconds,
+            "per_minute": 60.0 * len(jobs) / seconds,
+            "metrics": [results[i].metrics for i in range(len(jobs))]}
+
+
+def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: int) -> dict:
+    cfg = config.model_copy(deep=True)
+    cfg.max_iterations = iterations
+    cfg.batch_size = 2 * workers
+    cfg.evaluator.parallel_evaluations = workers
+    cfg.mutation.weights = {"constant": 0.8, "crossover": 0.2}
+    out = Path(tempfile.mkdtemp(prefix="evolve-throughput-"))
+    try:
+        controller = Controller(task, cfg, out / "run", executor=make_executor("process", workers))
+        started = time.perf_counter()
+        try:
+            result = controller.run()
+        finally:
+            controller.close()
+        seconds = time.perf_counter() - started
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    # The seed (iteration 0) is evaluated alone before the first batch; it is part of the run.
+    evaluated = result.evaluated
+    return {"workers": workers, "iterations": iterations, "evaluated": evaluated, "seconds": seconds,
+            "per_minute": 60.0 * evaluated / seconds, "best": result.best_score}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 4 candidates, executors only")
+    ap.add_argument("--task", choices=sorted(TASKS), default="cfr")
+    ap.add_argument("--candidates", type=int, default=None, help="candidates per configuration (default 16)")
+    ap.add_argument("--cfr-iterations", type=int, default=None, help="CFR iterations per game (default 100)")
+    args = ap.parse_args()
+    q = args.quick
+    count = args.candidates or (4 if q else 16)
+    cfr_iterations = args.cfr_iterations or (20 if q else 100)
+    task, config = task_and_config(args.task, cfr_iterations)
+    evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
+    jobs = [evaluator.job(code) for code in candidates(task, config, count)]
+
+    print(f"# evolve throughput — {platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
+    print(f"task {task.name}" + (f" (K={cfr_iterations} CFR iterations per training game)" if args.task == "cfr" else "")
+          + f", {count} candidates, stages {' -> '.join(evaluator.stages)}, sandboxed\n")
+
+    rows: list[dict] = []
+    notes: dict[str, str] = {}
+    for kind in ("process", "ray"):
+        for workers in (1, 2):
+            try:
+                rows.append(executor_run(kind, workers, jobs))
+            except ExecutorError:
+                notes[kind] = "ray not installed"
+                break
+    reference = rows[0]["metrics"]
+    print("| executor | workers | candidates | ok | seconds | candidates/min | vs 1 worker | same metrics |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    speedups: dict[str, float] = {}
+    for row in rows:
+        base = next(r for r in rows if r["executor"] == row["executor"] and r["workers"] == 1)
+        ratio = row["per_minute"] / base["per_minute"]
+        if row["workers"] == 2:
+            speedups[row["executor"]] = ratio
+        print(f"| {row['executor']} | {row['workers']} | {row['candidates']} | {row['ok']} | {row['seconds']:.1f} | "
+              f"{row['per_minute']:.1f} | {ratio:.2f}x | {'yes' if row['metrics'] == reference else 'NO'} |")
+    for kind, note in notes.items():
+        print(f"| {kind} | - | - | - | - | - | - | {note} |")
+
+    search: list[dict] = []
+    if not q:
+        for workers in (1, 2):
+            search.append(controller_run(task, config, workers, count))
+        print("\n| search (Controller, LLM-free) | workers | evaluated | seconds | candidates/min | vs 1 worker |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for row in search:
+            print(f"| batch {2 * row['workers']} | {row['workers']} | {row['evaluated']} | {row['seconds']:.1f} | "
+                  f"{row['per_minute']:.1f} | {row['per_minute'] / search[0]['per_minute']:.2f}x |")
+    target = 1.7
+    got = speedups.get("process")
+    if got is not None:
+        print(f"\nprocess pool, 2 workers vs 1: {got:.2f}x (target >= {target}x)"
+              + ("" if got >= target else " — below target; is another job using the CPUs?"))
+
+    head: dict = {"benchmark": "evolve_throughput", "task": task.name, "quick": q, "candidates": count,
+                  "cpus": os.cpu_count()}
+    if args.task == "cfr":
+        head["cfr_iterations"] = cfr_iterations
+    for row in rows:
+        head[f"{row['executor']}_{row['workers']}w_per_min"] = round(row["per_minute"], 2)
+    for kind, ratio in speedups.items():
+        head[f"{kind}_speedup_2w"] = round(ratio, 3)
+    for kind, note in notes.items():
+        head[kind] = note
+    for row in search:
+        head[f"search_{row['workers']}w_per_min"] = round(row["per_minute"], 2)
+    if len(search) == 2:
+        head["search_speedup_2w"] = round(search[1]["per_minute"] / search[0]["per_minute"], 3)
+    head["same_metrics"] = all(r["metrics"] == reference for r in rows)
+    head["meets_target"] = bool(got is not None and got >= target)
+    print(json.dumps(head))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Scoring a run's programs on the task's held-out set, after the search.
+
+The discovery protocol of arXiv 2602.16928 selects on training games only and
+then reports the chosen programs on held-out games against known algorithms.
+A task opts in by defining, in its ``evaluator.py``:
+
+* ``evaluate_held_out(program_path) -> dict`` — metrics on the held-out set
+  (never used for selection);
+* optionally ``held_out_baselines() -> {name: program source}`` — reference
+  algorithms written as programs of the task's own form, scored the same way.
+
+:func:`evaluate_held_out` runs the seed, the best ``held_out.top_programs``
+programs of the run and the chosen baselines, each in the sandbox (the same
+limits and ``task_settings`` as the search, one process per program, in
+parallel), and caches the results in ``held_out.json`` in the run directory,
+keyed by the program's code and the settings, so a second report does not
+redo them. Baselines are trusted task code; only their *names* come from the
+evaluator module, which is imported here (task evaluators are trusted, the
+candidates they score are not).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .config import EvolveConfig
+from .database import Population
+from .evaluator import EvalOutcome, TaskError, TaskEvaluator, run_evaluation
+from .executors import ProcessExecutor
+from .program import Program
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HELD_OUT_FILE", "HeldOutEntry", "evaluate_held_out", "held_out_baselines", "supports_held_out"]
+
+HELD_OUT_FILE = "held_out.json"
+STAGE = "evaluate_held_out"
+
+
+@dataclass
+class HeldOutEntry:
+    """One program's held-out result; ``kind`` is ``seed``, ``evolved`` or ``baseline``."""
+
+    label: str
+    kind: str
+    status: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None
+    program_id: str | None = None
+    training_fitness: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float | None:
+        from .program import fitness_of
+
+        return fitness_of(self.metrics) if self.status == "ok" else None
+
+
+def _top_level_functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    return defined | imported
+
+
+def supports_held_out(evaluator_path: str | Path) -> bool:
+    """True when the task's evaluator defines ``evaluate_held_out``."""
+    return STAGE in _top_level_functions(Path(evaluator_path))
+
+
+def held_out_baselines(evaluator_path: str | Path) -> dict[str, str]:
+    """The evaluator's ``held_out_baselines()`` (``{}`` when it has none)."""
+    path = Path(evaluator_path).resolve()
+    if "held_out_baselines" not in _top_level_functions(path):
+        return {}
+    name = f"_evolve_task_evaluator_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+        baselines = module.held_out_baselines()
+    finally:
+        sys.path.remove(str(path.parent))
+    if not isinstance(baselines, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in baselines.items()):
+        raise TaskError(f"{path}: held_out_baselines() must return a dict of name -> program source")
+    return baselines
+
+
+def _candidates(programs: list[Program], population: Population, config: EvolveConfig,
+                baselines: dict[str, str]) -> list[tuple[str, str, str, Program | None]]:
+    """``(label, kind, code, program)`` to score, seed first, then evolved programs, then baselines."""
+    seed = next((p for p in programs if p.iteration == 0 and p.ok), None)
+    out: list[tuple[str, str, str, Program | None]] = []
+    if seed is not None:
+        out.append(("seed", "seed", seed.code, seed))
+    ranked = sorted((p for p in population.programs.values() if p.ok and p.iteration > 0),
+                    key=population._key, reverse=True)
+    seen = {seed.code} if seed is not None else set()
+    chosen: list[Program] = []
+    for program in ranked:
+        if len(chosen) >= config.held_out.top_programs:
+            break
+        if program.code in seen or (seed is not None and program.fitness <= seed.fitness):
+            continue        # only evolved programs that beat the seed on the training set
+        seen.add(program.code)
+        chosen.append(program)
+    for rank, program in enumerate(chosen, start=1):
+        label = "best evolved" if rank == 1 else f"evolved #{rank}"
+        out.append((f"{label} ({program.id})", "evolved", program.code, program))
+    wanted = config.held_out.baselines
+    if wanted is not None:
+        unknown = sorted(set(wanted) - set(baselines))
+        if unknown:
+            raise TaskError(f"held_out.baselines names {unknown}, which the task does not offer; "
+                            f"it offers: {sorted(baselines) or 'none'}")
+    for name, code in baselines.items():
+        if wanted is None or name in wanted:
+            out.append((name, "baseline", code, None))
+    return out
+
+
+def _key(code: str, settings: str) -> str:
+    return hashlib.sha256(f"{settings}\0{code}".encode()).hexdigest()
+
+
+def evaluate_held_out(
+    run_dir: str | Path,
+    evaluator_path: str | Path,
+    config: EvolveConfig,
+    programs: list[Program],
+    population: Population,
+    *,
+    workers: int | None = None,
+    on_result: Callable[[HeldOutEntry, int, int], None] | None = None,
+) -> list[HeldOutEntry]:
+    """Score the seed, the best programs and the baselines on the held-out set (cached in ``held_out.json``)."""
+    run_dir = Path(run_dir)
+    evaluator = TaskEvaluator(evaluator_path, config.evaluator)
+    template = evaluator.job("")
+    template = replace(template, stages=(STAGE,), thresholds=(),
+                       timeout_s=config.held_out.timeout or config.evaluator.timeout)
+    settings = template.task_settings
+    candidates = _candidates(programs, population, config, held_out_baselines(evaluator_path))
+    cache_path = run_dir / HELD_OUT_FILE
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8")) if cache_path.is_file() else {}
+    except (OSError, ValueError):
+        logger.warning("ignoring unreadable %s", cache_path)
+        cache = {}
+    cached: dict[str, dict[str, Any]] = cache.get("results", {})
+
+    entries: dict[int, HeldOutEntry] = {}
+    todo: list[tuple[int, str]] = []
+    for index, (label, kind, code, program) in enumerate(candidates):
+        hit = cached.get(_key(code, settings))
+        if hit is not None and hit.get("status") == "ok":     # failures are retried
+            entries[index] = HeldOutEntry(label, kind, hit["status"], hit.get("metrics", {}), hit.get("failure"),
+                                          program.id if program else None,
+                                          program.fitness if program else None, hit.get("seconds", 0.0))
+        else:
+            todo.append((index, code))
+    total = len(candidates)
+    if todo:
+        logger.info("held-out evaluation of %d program(s) (%d cached)", len(todo), total - len(todo))
+        pool = ProcessExecutor(max(1, min(workers or config.evaluator.parallel_evaluations, len(todo))))
+        try:
+            jobs = [replace(template, code=code) for _, code in todo]
+            for position, outcome in pool.map_unordered(run_evaluation, jobs):
+                index, code = todo[position]
+                if isinstance(outcome, BaseException):
+                    outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {outcome}"})
+                label, kind, _, program = candidates[index]
+                entry = HeldOutEntry(label, kind, outcome.status, outcome.metrics, outcome.failure,
+                                     program.id if program else None,
+                                     program.fitness if program else None, round(outcome.seconds, 3))
+                entries[index] = entry
+                record = {"label": label, "status": entry.status, "metrics": entry.metrics,
+                          "failure": entry.failure, "seconds": entry.seconds, "evaluated_at": time.time()}
+                if entry.status != "ok":
+                    record["stderr"] = outcome.artifacts.get(f"{STAGE}_stderr", "")[-3000:]
+                cached[_key(code, settings)] = record
+                # Written after every result so an interrupted report keeps what it has.
+                cache_path.write_text(json.dumps({"task_settings": settings, "results": cached}, indent=1),
+                                      encoding="utf-8")
+                if on_result is not None:
+                    on_result(entry, len(entries), total)
+        finally:
+            pool.close()
+    return [entries[i] for i in range(total)]

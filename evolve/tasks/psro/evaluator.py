@@ -1,0 +1,191 @@
+"""Evaluator of the PSRO discovery task (arXiv 2602.16928), OpenEvolve interface.
+
+The candidate's ``build_meta_solvers()`` returns ``(training, evaluation)``
+meta-solvers, objects with ``get_meta_strategy(meta_games, **context)`` as in
+``marl.games.metasolvers``. ``marl.games.run_psro`` runs ``iterations`` PSRO
+iterations (exact best responses, exact meta-game payoffs) on each training
+game with them; the metrics are the per-game negative exploitability of the
+final evaluation meta-strategy and their mean as ``combined_score`` (higher is
+better). ``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on
+3-player Kuhn poker. ``evaluate_held_out`` scores the held-out games with
+``held_out_iterations``; ``held_out_baselines()`` gives the built-in
+meta-solvers as programs of the same form.
+
+Every meta-strategy a candidate returns is checked: one vector per player, of
+its population's size, finite, non-negative and summing to 1 (within 1e-6);
+anything else fails the candidate with a message saying which.
+
+Settings (defaults: the paper's 100 iterations, 10 for stage 1, PSRO seed 0)
+come, later overriding earlier, from ``settings.json`` next to this file and
+``task_settings.json`` next to the program (the run's
+``evaluator.task_settings``): ``iterations``, ``stage1_iterations``,
+``held_out_iterations`` (default: ``iterations``), ``seed``. Cost grows with
+the meta-game, which has ``(iterations + 1)^players`` entries: 100 iterations
+take minutes per training game on one core, and on the 3- and 4-player
+held-out games far longer, so shorter settings suit a laptop.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+TRAIN_GAMES = [
+    "kuhn_poker(players=3)",
+    "leduc_poker",
+    "goofspiel(num_cards=4,imp_info=True,points_order=descending)",
+    "liars_dice(dice_sides=5)",
+]
+HELD_OUT_GAMES = [
+    "kuhn_poker(players=4)",
+    "leduc_poker(players=3)",
+    "goofspiel(num_cards=5,imp_info=True,points_order=descending)",
+    "liars_dice(dice_sides=6)",
+]
+DEFAULTS = {"iterations": 100, "stage1_iterations": 10, "held_out_iterations": None, "seed": 0}
+
+_BASELINE_SOURCE = '''from marl.games.metasolvers import get_meta_solver
+
+
+def build_meta_solvers():
+    return get_meta_solver({train!r}), get_meta_solver({evaluation!r})
+'''
+# (training, evaluation) meta-solvers of marl.games; "nash" is left out: it solves two-player games only.
+BASELINES = {
+    "uniform": ("uniform", "uniform"),
+    "prd": ("prd", "prd"),
+    "rm": ("rm", "rm"),
+    "shor-psro": ("shor-train", "shor-eval"),
+}
+
+
+def settings(program_path=None):
+    """The effective settings for an evaluation of ``program_path``."""
+    values = dict(DEFAULTS)
+    here = os.path.dirname(os.path.abspath(__file__))
+    places = [os.path.join(here, "settings.json")]
+    if program_path is not None:
+        places.append(os.path.join(os.path.dirname(os.path.abspath(program_path)), "task_settings.json"))
+    for place in places:
+        if os.path.exists(place):
+            with open(place) as handle:
+                loaded = json.load(handle)
+            unknown = sorted(set(loaded) - set(DEFAULTS))
+            if unknown:
+                raise ValueError(f"{place}: unknown psro task setting(s) {unknown}; known: {sorted(DEFAULTS)}")
+            values.update({k: v for k, v in loaded.items() if v is not None})
+    for key in ("iterations", "stage1_iterations"):
+        values[key] = int(values[key])
+        if values[key] < 1:
+            raise ValueError(f"psro task setting {key} must be >= 1, got {values[key]}")
+    values["held_out_iterations"] = int(values["held_out_iterations"] or values["iterations"])
+    values["seed"] = int(values["seed"])
+    return values
+
+
+
+
+def metric_name(game):
+    return "neg_expl_" + re.sub(r"\W+", "_", game).strip("_")
+
+
+class CheckedMetaSolver:
+    """A candidate's meta-solver whose every answer is checked before PSRO uses it."""
+
+    stateless = False
+
+    def __init__(self, solver, role):
+        if not callable(getattr(solver, "get_meta_strategy", None)):
+            raise TypeError(f"the {role} meta-solver {solver!r} has no get_meta_strategy method")
+        self.solver = solver
+        self.role = role
+        self.name = f"{role}:{type(solver).__name__}"
+
+    def get_meta_strategy(self, meta_games, **context):
+        answer = self.solver.get_meta_strategy(meta_games, **context)
+        sizes = np.shape(meta_games[0])
+        where = f"the {self.role} meta-solver (population sizes {list(sizes)})"
+        try:
+            answer = list(answer)
+        except TypeError:
+            raise TypeError(f"{where} returned {type(answer).__name__}, expected one vector per player") from None
+        if len(answer) != len(sizes):
+            raise ValueError(f"{where} returned {len(answer)} vectors for {len(sizes)} players")
+        checked = []
+        for player, (vector, size) in enumerate(zip(answer, sizes)):
+            vector = np.asarray(vector, dtype=np.float64).reshape(-1)
+            if vector.shape != (size,):
+                raise ValueError(f"{where}: player {player}'s vector has {vector.size} entries, not {size}")
+            if not np.all(np.isfinite(vector)):
+                raise ValueError(f"{where}: player {player}'s vector is not finite: {vector}")
+            if (vector < 0).any():
+                raise ValueError(f"{where}: player {player}'s vector has negative entries: {vector}")
+            if abs(vector.sum() - 1.0) > 1e-6:
+                raise ValueError(f"{where}: player {player}'s vector sums to {vector.sum()!r}, not 1")
+            checked.append(vector)
+        return checked
+
+
+def load_meta_solvers(program_path):
+    spec = importlib.util.spec_from_file_location("candidate", program_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build = getattr(module, "build_meta_solvers", None)
+    if not callable(build):
+        raise TypeError("the program defines no build_meta_solvers() function")
+
+    def fresh():
+        solvers = build()
+        if not isinstance(solvers, (tuple, list)) or len(solvers) != 2:
+            raise TypeError("build_meta_solvers() must return (training meta-solver, evaluation meta-solver)")
+        return CheckedMetaSolver(solvers[0], "training"), CheckedMetaSolver(solvers[1], "evaluation")
+
+    return fresh
+
+
+def score(program_path, games, iterations, seed):
+    import torch
+
+    from marl.games import load_game
+    from marl.games.psro import run_psro
+
+    torch.set_num_threads(1)
+    fresh = load_meta_solvers(program_path)
+    metrics = {}
+    for game in games:
+        # No disk cache: the sandbox cannot see the host's, and a large tree
+        # (3-player Leduc) would exceed the sandbox's file-size limit.
+        tree = load_game(game, "cpu", cache=False)
+        # Fresh solvers per game: a solver may keep state between calls (SHOR anneals).
+        train, evaluation = fresh()
+        result = run_psro(tree, iterations, train, evaluation, device="cpu", seed=seed)
+        exploitability = float(result.exploitability[-1])
+        if not math.isfinite(exploitability):
+            raise ValueError(f"exploitability on {game} is {exploitability}")
+        metrics[metric_name(game)] = -exploitability
+    metrics["combined_score"] = sum(metrics.values()) / len(games)
+    return metrics
+
+
+def evaluate_stage1(program_path):
+    values = settings(program_path)
+    return score(program_path, TRAIN_GAMES[:1], values["stage1_iterations"], values["seed"])
+
+
+def evaluate(program_path):
+    values = settings(program_path)
+    return score(program_path, TRAIN_GAMES, values["iterations"], values["seed"])
+
+
+def evaluate_held_out(program_path):
+    values = settings(program_path)
+    return score(program_path, HELD_OUT_GAMES, values["held_out_iterations"], values["seed"])
+
+
+def held_out_baselines():
+    """``{name: program source}`` for the built-in meta-solvers, scored like a candidate."""
+    return {name: _BASELINE_SOURCE.format(train=train, evaluation=evaluation)
+            for name, (train, evaluation) in BASELINES.items()}

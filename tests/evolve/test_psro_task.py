@@ -1,0 +1,73 @@
+"""The built-in PSRO discovery task: the uniform seed scores exactly like PSRO(uniform, uniform), in the sandbox."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from evolve.config import load_config
+from evolve.evaluator import TaskEvaluator, run_evaluation
+from evolve.held_out import held_out_baselines, supports_held_out
+from evolve.task import load_task
+
+GAME = "kuhn_poker(players=3)"
+
+
+def _job(code, stage, **settings):
+    task = load_task("psro")
+    cfg = load_config(task.config_path)
+    cfg.evaluator.task_settings = {**cfg.evaluator.task_settings, **settings}
+    job = TaskEvaluator(task.evaluator_path, cfg.evaluator).job(code)
+    return replace(job, stages=(stage,), thresholds=())
+
+
+def test_task_layout_and_baselines():
+    task = load_task("psro")
+    cfg = load_config(task.config_path)
+    assert cfg.evaluator.memory_mb >= 1024
+    assert TaskEvaluator(task.evaluator_path, cfg.evaluator).stages == ("evaluate_stage1", "evaluate")
+    assert supports_held_out(task.evaluator_path)
+    baselines = held_out_baselines(task.evaluator_path)
+    assert {"uniform", "prd", "rm", "shor-psro"} <= set(baselines)
+    assert set(cfg.held_out.baselines) <= set(baselines)
+
+
+@pytest.mark.slow
+def test_seed_is_uniform_psro_exactly_in_the_sandbox():
+    from marl.games.psro import run_psro
+
+    task = load_task("psro")
+    out = run_evaluation(_job(task.initial_program, "evaluate_stage1", stage1_iterations=3))
+    assert out.status == "ok", out.failure
+    expected = run_psro(GAME, 3, "uniform", "uniform", device="cpu", seed=0).exploitability[-1]
+    assert expected > 0
+    assert out.metrics["neg_expl_kuhn_poker_players_3"] == -expected      # bit for bit
+    assert out.metrics["combined_score"] == -expected
+
+
+@pytest.mark.slow
+def test_invalid_meta_strategy_fails_with_the_reason():
+    task = load_task("psro")
+    bad = task.initial_program.replace(
+        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights / weights.sum())\n        return strategies\n# EVOLVE",
+        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights)\n        return strategies\n# EVOLVE")
+    assert bad != task.initial_program
+    out = run_evaluation(_job(bad, "evaluate_stage1", stage1_iterations=2))
+    assert out.status == "failed"
+    assert "evaluation meta-solver" in out.failure and "not 1" in out.failure
+
+
+@pytest.mark.slow
+def test_held_out_baseline_program_runs_in_the_sandbox():
+    from marl.games.psro import run_psro
+
+    task = load_task("psro")
+    source = held_out_baselines(task.evaluator_path)["rm"]
+    job = _job(source, "evaluate_stage1", stage1_iterations=2)
+    out = run_evaluation(job)
+    assert out.status == "ok", out.failure
+    expected = run_psro(GAME, 2, "rm", "rm", device="cpu", seed=0).exploitability[-1]
+    assert out.metrics["combined_score"] == pytest.approx(-expected, rel=1e-12)
+    assert json.loads(job.task_settings)["stage1_iterations"] == 2
