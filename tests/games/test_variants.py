@@ -12,7 +12,6 @@ iteration) and its current policy. They share no code with the tensor solver.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pyspiel
