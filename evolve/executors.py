@@ -71,6 +71,9 @@ class RayExecutor:
                 "pip install 'societas[ray]'"
             ) from None
         self._ray = ray
+        # A local Ray instance started here is sized to ``workers`` and shut
+        # down by close(), so the next executor starts one of its own size.
+        self._owns = not ray.is_initialized() and not address
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
             if address:
@@ -98,7 +101,9 @@ class RayExecutor:
                     yield index[ref], exc
 
     def close(self) -> None:
-        pass
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._owns = False
 
 
 def make_executor(kind: str, workers: int, address: str | None = None) -> Executor:

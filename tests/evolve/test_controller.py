@@ -66,18 +66,28 @@ def test_same_seed_gives_the_same_run_whatever_the_workers_or_executor(tmp_path,
     fake = types.ModuleType("ray")
     state = {"init": None}
     fake.is_initialized = lambda: state["init"] is not None
-    fake.init = lambda **kw: state.update(init=kw)
+    fake.init = lambda **kw: state.update(init=kw, started=kw)
+    fake.shutdown = lambda: state.update(init=None, shut=True)
     fake.remote = lambda **opts: (lambda fn: types.SimpleNamespace(remote=lambda job: Ref(fn, job)))
     # finish in reverse submission order, as a cluster might
     fake.wait = lambda pending, num_returns=1: ([pending[-1]], pending[:-1])
     fake.get = lambda ref: ref.fn(ref.job)
     monkeypatch.setitem(sys.modules, "ray", fake)
     run(tmp_path, "ray", executor=RayExecutor(workers=2))
-    assert state["init"]["num_cpus"] == 2
+    assert state["started"]["num_cpus"] == 2
+    assert state.get("shut"), "a local Ray instance started by the executor is shut down on close"
     assert signature(tmp_path / "ray") == signature(tmp_path / "w1")
     other = run(tmp_path, "s2", random_seed=8)
     assert signature(tmp_path / "s2") != signature(tmp_path / "w1")
     assert other.seed_score == a.seed_score
+
+
+def test_real_ray_executor_gives_the_same_run(tmp_path):
+    pytest.importorskip("ray")
+    local = run(tmp_path, "local", iterations=8, executor=ProcessExecutor(1))
+    remote = run(tmp_path, "ray", iterations=8, executor=RayExecutor(workers=2))
+    assert signature(tmp_path / "ray") == signature(tmp_path / "local")
+    assert remote.best_score == local.best_score
 
 
 def test_ray_missing_is_a_clear_error(monkeypatch):
