@@ -62,6 +62,7 @@ matrices.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -393,7 +394,7 @@ def hybrid_orm_solver(meta_games: Sequence[np.ndarray], iterations: int,
 
 # ------------------------------------------------------------------ solvers --
 
-class MetaSolver:
+class MetaSolver(ABC):
     """Base class: ``get_meta_strategy(meta_games, **context)`` returns one
     distribution per player. ``stateless`` solvers give the same answer to the
     same meta-game, which lets PSRO reuse an evaluation result for training."""
@@ -401,9 +402,10 @@ class MetaSolver:
     name = "base"
     stateless = True
 
+    @abstractmethod
     def get_meta_strategy(self, meta_games: Sequence[np.ndarray], **context: Any
                           ) -> list[np.ndarray]:
-        raise NotImplementedError
+        """One distribution per player over that player's population."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
