@@ -30,19 +30,7 @@ import typer
 
 logger = logging.getLogger(__name__)
 
-TRAINING_GAMES = [
-    "kuhn_poker(players=3)",
-    "leduc_poker",
-    "goofspiel(num_cards=4,imp_info=True,points_order=descending)",
-    "liars_dice(dice_sides=5)",
-]
-HELD_OUT_GAMES = [
-    "kuhn_poker(players=4)",
-    "leduc_poker(players=3)",
-    "goofspiel(num_cards=5,imp_info=True,points_order=descending)",
-    "liars_dice(dice_sides=6)",
-]
-PAPER_GAMES = TRAINING_GAMES + HELD_OUT_GAMES
+from .suites import HELD_OUT_GAMES, PAPER_GAMES, TRAINING_GAMES  # noqa: E402
 
 # Options of the ``table`` command that take several values after one flag.
 MULTI_VALUE_OPTIONS = ("--games", "--algos")

@@ -22,23 +22,13 @@ run's ``evaluator.task_settings``): keys ``iterations``,
 
 import importlib.util
 import inspect
-import json
 import math
-import os
 import re
 
-TRAIN_GAMES = [
-    "kuhn_poker(players=3)",
-    "leduc_poker",
-    "goofspiel(num_cards=4,imp_info=True,points_order=descending)",
-    "liars_dice(dice_sides=5)",
-]
-HELD_OUT_GAMES = [
-    "kuhn_poker(players=4)",
-    "leduc_poker(players=3)",
-    "goofspiel(num_cards=5,imp_info=True,points_order=descending)",
-    "liars_dice(dice_sides=6)",
-]
+from evolve.task_settings import load_task_settings
+from marl.games.suites import HELD_OUT_GAMES
+from marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
+
 DEFAULTS = {"iterations": 1000, "stage1_iterations": 100, "held_out_iterations": None}
 
 # The built-in baselines as candidate programs. Horizon-dependent constants follow
@@ -64,24 +54,8 @@ BASELINES = {
 
 def settings(program_path=None):
     """The effective settings for an evaluation of ``program_path``."""
-    values = dict(DEFAULTS)
-    here = os.path.dirname(os.path.abspath(__file__))
-    places = [os.path.join(here, "settings.json")]
-    if program_path is not None:
-        places.append(os.path.join(os.path.dirname(os.path.abspath(program_path)), "task_settings.json"))
-    for place in places:
-        if os.path.exists(place):
-            with open(place) as handle:
-                loaded = json.load(handle)
-            unknown = sorted(set(loaded) - set(DEFAULTS))
-            if unknown:
-                raise ValueError(f"{place}: unknown cfr task setting(s) {unknown}; known: {sorted(DEFAULTS)}")
-            values.update({k: v for k, v in loaded.items() if v is not None})
-    for key in ("iterations", "stage1_iterations"):
-        values[key] = int(values[key])
-        if values[key] < 1:
-            raise ValueError(f"cfr task setting {key} must be >= 1, got {values[key]}")
-    values["held_out_iterations"] = int(values["held_out_iterations"] or values["iterations"])
+    values = load_task_settings(__file__, program_path, DEFAULTS, "cfr",
+                                ("iterations", "stage1_iterations"))
     return values
 
 

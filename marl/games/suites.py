@@ -1,0 +1,16 @@
+"""The game suites of "Discovering Multiagent Learning Algorithms with LLMs"
+(arXiv 2602.16928): four training games and four held-out games."""
+
+TRAINING_GAMES = [
+    "kuhn_poker(players=3)",
+    "leduc_poker",
+    "goofspiel(num_cards=4,imp_info=True,points_order=descending)",
+    "liars_dice(dice_sides=5)",
+]
+HELD_OUT_GAMES = [
+    "kuhn_poker(players=4)",
+    "leduc_poker(players=3)",
+    "goofspiel(num_cards=5,imp_info=True,points_order=descending)",
+    "liars_dice(dice_sides=6)",
+]
+PAPER_GAMES = TRAINING_GAMES + HELD_OUT_GAMES
