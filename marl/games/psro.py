@@ -9,8 +9,10 @@ of :mod:`marl.games.tree`:
    ``[I_p, A]`` over ``p``'s information sets), initially the uniform policy.
 2. The *meta-game* ``U[p][k_0, ..., k_{N-1}]`` is player ``p``'s expected
    utility when every player ``q`` plays member ``k_q`` of ``Pi_q``. It is
-   computed exactly with :func:`~marl.games.evaluate.policy_value`, the new
-   joint profiles of an iteration going through the batch dimension together.
+   exact: a profile's value factorises over terminal histories into chance
+   reach times each member's own reach times utility, so the new profiles of
+   an iteration are a few tensor contractions (:class:`MetaGame`) rather than
+   one tree evaluation per profile.
 3. Each iteration the *training* meta-solver maps the meta-game to a
    meta-strategy ``w_p`` (a distribution over ``Pi_p``) for every player; each
    player gets the exact (pure) best response to the others' mixtures
@@ -54,13 +56,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .evaluate import best_response, evaluate, policy_value
+from .evaluate import best_response, evaluate
 from .metasolvers import MetaSolver, get_meta_solver
-from .tree import DECISION, GameTree, load_game
+from .tree import CHANCE, DECISION, GameTree, load_game
 
 __all__ = [
     "MetaGame", "PSROResult", "infoset_own_reach", "joint_policy",
     "mixture_behaviour_policy", "mixture_player_policy", "run_psro",
+    "terminal_own_reach",
 ]
 
 
@@ -167,14 +170,89 @@ def mixture_behaviour_policy(tree: GameTree, populations: Sequence[torch.Tensor]
 
 # ----------------------------------------------------------------- meta-game --
 
+def _terminal_structure(tree: GameTree):
+    """Per terminal history: the chance reach ``c(z)`` (``[T]``) and, for each
+    player, the information set (local index) and action slot of the player's
+    last own decision on the path to ``z`` (``-1`` where it has none). Cached."""
+    key = "psro_terminal_structure"
+    hit = tree.derived.get(key)
+    if hit is not None:
+        return hit
+    arr = tree.arrays
+    N = tree.num_players
+    H = len(arr.parent)
+    creach = np.ones(H)
+    last_is = np.full((N, H), -1, dtype=np.int64)
+    last_slot = np.full((N, H), -1, dtype=np.int64)
+    order = np.argsort(arr.depth, kind="stable")
+    depth_sorted = arr.depth[order]
+    bounds = np.searchsorted(depth_sorted, np.arange(int(arr.depth.max()) + 2))
+    for d in range(1, len(bounds) - 1):
+        nodes = order[bounds[d]:bounds[d + 1]]
+        if len(nodes) == 0:
+            continue
+        par = arr.parent[nodes]
+        pk = arr.kind[par]
+        creach[nodes] = creach[par] * np.where(pk == CHANCE, arr.chance_prob[nodes], 1.0)
+        last_is[:, nodes] = last_is[:, par]
+        last_slot[:, nodes] = last_slot[:, par]
+        dec = pk == DECISION
+        for p in range(N):
+            mine = dec & (arr.player[par] == p)
+            tgt = nodes[mine]
+            last_is[p, tgt] = arr.infoset[par[mine]] - tree.infoset_slices[p].start
+            last_slot[p, tgt] = arr.slot[tgt]
+    z = arr.terminals
+
+    def t(x, dtype=None):
+        return torch.as_tensor(x, device=tree.device, dtype=dtype)
+
+    out = (t(creach[z], tree.dtype),
+           [(t(last_is[p, z]), t(last_slot[p, z])) for p in range(N)])
+    tree.derived[key] = out
+    return out
+
+
+def terminal_own_reach(tree: GameTree, player: int, members: torch.Tensor) -> torch.Tensor:
+    """``[K, T]``: the probability that member ``k``'s own actions lead to each
+    terminal history (in the order of ``tree.terminals``): its own reach of the
+    player's last information set on the path times that action's
+    probability, 1 where the player never acts."""
+    if members.dim() == 2:
+        members = members.unsqueeze(0)
+    members = members.to(tree.device, tree.dtype)
+    _, last = _terminal_structure(tree)
+    isets, slots = last[player]
+    x_is = infoset_own_reach(tree, player, members)                 # [K, I_p]
+    acts = isets >= 0
+    safe_is = torch.where(acts, isets, torch.zeros_like(isets))
+    safe_slot = torch.where(acts, slots, torch.zeros_like(slots))
+    if x_is.shape[1] == 0:
+        return torch.ones(members.shape[0], len(isets), dtype=tree.dtype, device=tree.device)
+    reach = x_is[:, safe_is] * members[:, safe_is, safe_slot]
+    return torch.where(acts[None, :], reach, torch.ones_like(reach))
+
+
 class MetaGame:
     """Populations and their exact meta-game payoff tensor.
 
     ``populations[p]`` is ``[n_p, I_p, A]``; ``payoffs`` is ``[N, n_0, ...,
-    n_{N-1}]`` (``payoffs[p]`` is player ``p``'s tensor)."""
+    n_{N-1}]`` (``payoffs[p]`` is player ``p``'s tensor).
+
+    The payoffs are not computed one joint profile at a time. A profile's
+    value is a sum over terminal histories ``z`` of chance reach times each
+    player's own reach times utility,
+
+        U[n][k_0, ..., k_{N-1}] = sum_z c(z) u_n(z) prod_p x_p[k_p, z],
+
+    so with each member's terminal own reach ``x_p[k, :]`` (computed once,
+    :func:`terminal_own_reach`) the whole tensor is one contraction over
+    ``z``. Growing the populations fills only the new profiles, as one slab
+    per player (``k_p`` new, earlier players old, later players any), each a
+    single ``einsum``."""
 
     def __init__(self, tree: GameTree, initial: Sequence[torch.Tensor] | None = None,
-                 memory_budget: float = 2.5e8):
+                 capacity: int | None = None, memory_budget: float = 5e8):
         self.tree = tree
         self.N = tree.num_players
         self.memory_budget = memory_budget
@@ -183,13 +261,23 @@ class MetaGame:
             initial = [uni[tree.infoset_slices[p]] for p in range(self.N)]
         self.populations = [p_.to(tree.device, tree.dtype).unsqueeze(0) if p_.dim() == 2
                             else p_.to(tree.device, tree.dtype) for p_ in initial]
-        self.payoffs = np.zeros((self.N,) + (0,) * self.N)
+        creach, _ = _terminal_structure(tree)
+        self._weights = (creach[:, None] * tree.utility).T.contiguous()   # [N, T]
+        self._reach = [terminal_own_reach(tree, p, self.populations[p]) for p in range(self.N)]
+        # Payoffs live in a buffer with room for ``capacity`` members per
+        # player (run_psro knows the final size), so growing never copies it.
+        self._buf = np.zeros((self.N,) + tuple(max(n, capacity or 0) for n in self.sizes))
         self.profiles_evaluated = 0
         self._fill(tuple(0 for _ in range(self.N)))
 
     @property
     def sizes(self) -> list[int]:
         return [int(p.shape[0]) for p in self.populations]
+
+    @property
+    def payoffs(self) -> np.ndarray:
+        """``[N, n_0, ..., n_{N-1}]`` (a view of the buffer)."""
+        return self._buf[(slice(None),) + tuple(slice(0, n) for n in self.sizes)]
 
     @property
     def meta_games(self) -> list[np.ndarray]:
@@ -203,29 +291,65 @@ class MetaGame:
             if pol is not None:
                 pol = pol.to(self.tree.device, self.tree.dtype)
                 self.populations[p] = torch.cat([self.populations[p], pol.unsqueeze(0)], 0)
+                self._reach[p] = torch.cat(
+                    [self._reach[p], terminal_own_reach(self.tree, p, pol)], 0)
         self._fill(tuple(old))
 
     def _fill(self, old_sizes: tuple[int, ...]) -> None:
-        tree, N = self.tree, self.N
+        N = self.N
         new_sizes = tuple(self.sizes)
-        grown = np.zeros((N,) + new_sizes)
-        if self.payoffs.size:
-            grown[(slice(None),) + tuple(slice(0, s) for s in old_sizes)] = self.payoffs
-        self.payoffs = grown
-        grid = np.indices(new_sizes).reshape(N, -1).T                  # [M, N]
-        is_new = (grid >= np.asarray(old_sizes)[None, :]).any(1)
-        todo = grid[is_new]
-        if len(todo) == 0:
-            return
-        per = tree.num_nodes * (N + 4) * np.dtype(np.float64).itemsize
-        chunk = max(1, int(self.memory_budget // per))
-        for lo in range(0, len(todo), chunk):
-            idx = todo[lo:lo + chunk]
-            sel = torch.as_tensor(idx, device=tree.device)
-            pol = torch.cat([self.populations[p][sel[:, p]] for p in range(N)], dim=1)
-            vals = policy_value(tree, pol).cpu().numpy()               # [b, N]
-            self.payoffs[(slice(None),) + tuple(idx.T)] = vals.T
-        self.profiles_evaluated += len(todo)
+        if any(n > c for n, c in zip(new_sizes, self._buf.shape[1:])):
+            cap = tuple(max(n, 2 * c) for n, c in zip(new_sizes, self._buf.shape[1:]))
+            grown = np.zeros((N,) + cap)
+            grown[(slice(None),) + tuple(slice(0, s) for s in old_sizes)] = \
+                self._buf[(slice(None),) + tuple(slice(0, s) for s in old_sizes)]
+            self._buf = grown
+        for p in range(N):
+            if new_sizes[p] == old_sizes[p]:
+                continue
+            ranges = [slice(0, old_sizes[q]) if q < p else
+                      slice(old_sizes[p], new_sizes[p]) if q == p else
+                      slice(0, new_sizes[q]) for q in range(N)]
+            if any(r.stop <= r.start for r in ranges):
+                continue
+            slab = self._contract([self._reach[q][r] for q, r in enumerate(ranges)])
+            self._buf[(slice(None),) + tuple(ranges)] = slab.cpu().numpy()
+            self.profiles_evaluated += int(np.prod([r.stop - r.start for r in ranges]))
+
+    def _contract(self, reaches: list[torch.Tensor]) -> torch.Tensor:
+        """``sum_z W[n, z] prod_q X_q[k_q, z]`` -> ``[N, k_0, ..., k_{N-1}]``,
+        over chunks of terminals so the intermediate stays within budget: the
+        last player's factor is a matrix product, the others broadcast."""
+        N = self.N
+        weights = self._weights
+        # A best response is pure: its own reach is zero on most terminals,
+        # and only the terminals where every single-member factor is nonzero
+        # contribute to the slab.
+        singles = [x[0] != 0 for x in reaches if x.shape[0] == 1]
+        if singles:
+            support = torch.stack(singles).all(0).nonzero().squeeze(1)
+            if len(support) < 0.75 * weights.shape[1]:
+                weights = weights[:, support]
+                reaches = [x[:, support] for x in reaches]
+        T = weights.shape[1]
+        # the largest factor goes last, into the matrix product
+        last = int(np.argmax([x.shape[0] for x in reaches]))
+        order = [q for q in range(N) if q != last] + [last]
+        reaches = [reaches[q] for q in order]
+        sizes = [x.shape[0] for x in reaches]
+        head = N * int(np.prod(sizes[:-1]))
+        chunk = max(1, min(T, int(self.memory_budget // (8 * max(head, 1)))))
+        out = torch.zeros((N, int(np.prod(sizes[:-1])), sizes[-1]), dtype=weights.dtype,
+                          device=weights.device)
+        for lo in range(0, T, chunk):
+            hi = min(T, lo + chunk)
+            m = weights[:, lo:hi]                                   # [N, z]
+            for x in reaches[:-1]:
+                m = m.unsqueeze(-2) * x[:, lo:hi]                         # [N, ..., k, z]
+            m = m.reshape(N, -1, hi - lo)
+            out += m @ reaches[-1][:, lo:hi].T
+        inverse = [order.index(q) for q in range(N)]
+        return out.reshape([N] + sizes).permute([0] + [1 + i for i in inverse])
 
     def profile_policy(self, profile: Sequence[int]) -> torch.Tensor:
         """``[1, I, A]`` of the joint pure profile ``profile``."""
@@ -300,7 +424,7 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
                "meta_game": 0.0, "evaluate": 0.0}
     N = tree.num_players
     t0 = time.perf_counter()
-    mg = MetaGame(tree)
+    mg = MetaGame(tree, capacity=iterations + 1)
     timings["meta_game"] += time.perf_counter() - t0
 
     def eval_point():

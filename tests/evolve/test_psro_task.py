@@ -71,3 +71,41 @@ def test_held_out_baseline_program_runs_in_the_sandbox():
     expected = run_psro(GAME, 2, "rm", "rm", device="cpu", seed=0).exploitability[-1]
     assert out.metrics["combined_score"] == pytest.approx(-expected, rel=1e-12)
     assert json.loads(job.task_settings)["stage1_iterations"] == 2
+
+
+@pytest.mark.slow
+def test_a_short_search_improves_on_the_seed_and_reports_held_out(tmp_path):
+    """The demo configuration, cut to a few candidates and PSRO iterations:
+    LLM-free mutations of the uniform seed find a better pair of meta-solvers
+    (the seed's inverse temperatures 0.0 move away from uniform), and the
+    report scores the seed, the best program and a baseline on the held-out
+    games."""
+    from pathlib import Path
+
+    from evolve.controller import Controller
+    from evolve.executors import ProcessExecutor
+    from evolve.report import write_report
+
+    task = load_task("psro")
+    cfg = load_config(Path(task.config_path).with_name("demo.yaml"))
+    cfg.max_iterations = 8
+    cfg.database.migration_interval = 4
+    cfg.mutation.weights = {"constant": 1.0}            # no LLM in unit tests
+    cfg.evaluator.cascade_thresholds = [-1.0]
+    cfg.evaluator.task_settings = {"iterations": 8, "stage1_iterations": 3,
+                                   "held_out_iterations": 2}
+    cfg.held_out.baselines = ["rm"]
+    controller = Controller(task, cfg, tmp_path / "run", executor=ProcessExecutor(2))
+    try:
+        result = controller.run()
+    finally:
+        controller.close()
+    assert result.evaluated == 9 and result.failed == 0
+    assert result.best_score > result.seed_score
+
+    figures = write_report(tmp_path / "run")
+    held = figures["held_out"]
+    assert set(held) == {"seed", "rm", next(k for k in held if k.startswith("best evolved"))}
+    assert all(value is not None and value < 0 for value in held.values())
+    summary = (Path(figures["run_dir"]) / "summary.md").read_text()
+    assert "## Held-out set" in summary and "neg_expl_leduc_poker_players_3" in summary

@@ -367,6 +367,34 @@ def test_meta_game_payoffs_match_openspiel(kuhn):
                                    [res3.meta_games[p][prof] for p in range(3)], atol=1e-12)
 
 
+@pytest.mark.parametrize("game", ["leduc_poker", "kuhn_poker(players=3)",
+                                  "goofspiel(num_cards=3,imp_info=True,points_order=descending)",
+                                  "liars_dice(dice_sides=3)"])
+def test_factorised_meta_game_equals_tree_evaluation(game):
+    """The contraction over terminal own reaches equals evaluating each joint
+    profile on the tree (``policy_value``), for random populations grown in
+    uneven steps (one player gaining no member in a step) and with a pure
+    member, whose support restricts the contraction."""
+    from marl.games.evaluate import policy_value
+    tree = load_game(game, "cpu")
+    N = tree.num_players
+    pops = [tree.random_policy(2, seed=7 + p)[:, tree.infoset_slices[p]] for p in range(N)]
+    mg = MetaGame(tree, pops)
+    extra = tree.random_policy(2, seed=99)
+    mg.add([extra[0, tree.infoset_slices[p]] for p in range(N)])
+    # a pure member (as a best response is): its zero reach prunes terminals
+    probs = extra[1, tree.infoset_slices[0]]
+    pure = torch.zeros_like(probs).scatter_(1, probs.argmax(1, keepdim=True), 1.0)
+    mg.add([pure] + [None] * (N - 1))
+    assert mg.sizes == [4] + [3] * (N - 1)
+    grid = list(itertools.product(*[range(n) for n in mg.sizes]))
+    pol = torch.cat([mg.profile_policy(k) for k in grid], 0)
+    ref = policy_value(tree, pol).numpy()
+    got = np.stack([mg.payoffs[(slice(None),) + k] for k in grid])
+    np.testing.assert_allclose(got, ref, atol=1e-12)
+    assert mg.profiles_evaluated == len(grid)
+
+
 # ------------------------------------------------------------------- PSRO --
 
 def test_psro_nash_solves_kuhn(kuhn):
