@@ -1,0 +1,87 @@
+"""societas.marl.routing — learned routing over a :class:`topology.Graph` of agents.
+
+A routing environment where a team of agents holds the pieces of each task
+and must get them to an agent that can solve it and on to the answerer,
+paying for every message (:mod:`.env`; a vectorised torch path and the same
+episode run by :class:`topology.Runtime` with skill-profile FunctionLLM or
+real LLM agents); GPTSwarm's edge-logit REINFORCE (:mod:`.gptswarm`); a
+G-Designer-style task-conditioned graph policy, a GNN over the agents plus a
+task node (:mod:`.gdesigner`); and :func:`train_routing`, which trains either
+one, writes a run directory and returns the pruned :class:`topology.Graph`
+(``python -m marl train routing ...``, see :mod:`.cli`).
+"""
+
+from .env import (
+    OPS,
+    RoutingEnv,
+    RoutingEnvConfig,
+    RoutingEpisode,
+    RoutingOutcome,
+    RuntimeEvaluation,
+    SkillProfile,
+    Task,
+    TaskBatch,
+    parse_answer,
+    resolve_device,
+    run_runtime,
+    skill_agents_llm,
+    unit_draw,
+)
+from .gdesigner import (
+    GATLayer,
+    GCNLayer,
+    GDesignerConfig,
+    GDesignerRouter,
+    normalized_adjacency,
+)
+from .gptswarm import (
+    GPTSwarmConfig,
+    GPTSwarmRouter,
+    MovingAverageBaseline,
+    RouterSample,
+    reinforce_update,
+    sample_edges,
+)
+from .marl_env import NOBODY, RoutingMARLEnv  # noqa: E402
+from .train import (
+    RoutingConfigError,
+    RoutingRunResult,
+    RoutingTrainConfig,
+    evaluate_routing,
+    train_routing,
+)
+
+__all__ = [
+    "NOBODY",
+    "RoutingMARLEnv",
+    "OPS",
+    "GATLayer",
+    "GCNLayer",
+    "GDesignerConfig",
+    "GDesignerRouter",
+    "GPTSwarmConfig",
+    "GPTSwarmRouter",
+    "MovingAverageBaseline",
+    "RouterSample",
+    "RoutingConfigError",
+    "RoutingEnv",
+    "RoutingEnvConfig",
+    "RoutingEpisode",
+    "RoutingOutcome",
+    "RoutingRunResult",
+    "RoutingTrainConfig",
+    "RuntimeEvaluation",
+    "SkillProfile",
+    "Task",
+    "TaskBatch",
+    "evaluate_routing",
+    "normalized_adjacency",
+    "parse_answer",
+    "reinforce_update",
+    "resolve_device",
+    "run_runtime",
+    "sample_edges",
+    "skill_agents_llm",
+    "train_routing",
+    "unit_draw",
+]
