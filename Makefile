@@ -70,10 +70,12 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
-	@$(PY) -c "import langgraph" 2>/dev/null || $(PIP) install -e '.[test,dev]'
+	@$(PY) -c "import langgraph, vmas" 2>/dev/null || $(PIP) install -e '.[test,dev]'
 	$(PY) benchmarks/runtime_batching.py
 	$(PY) benchmarks/cfr_speed.py
 	$(PY) benchmarks/evolve_throughput.py
+	$(PY) benchmarks/psro_speed.py
+	$(PY) benchmarks/marl_env_speed.py --train
 
 test-vllm: setup
 	@set -e; \

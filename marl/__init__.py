@@ -2,7 +2,13 @@
 
 Policy optimisation of LLM agents from graph rollouts (GRPO/GDPO), neural
 communication and learned routing over agent graphs, and exact game solvers
-(CFR family, PSRO) on OpenSpiel games. Filled by its own work items; this
-package exists so that the layering agents <- topology <- marl <- evolve holds
-from the start.
+(CFR family, PSRO) on OpenSpiel games:
+
+- ``marl.games``: tensor trees of OpenSpiel games, the CFR family, exact
+  exploitability, PSRO;
+- ``marl.comm``: batched torch MPE environments (parity with mpe2, PettingZoo
+  views), MAPPO/IPPO with CommNet, TarMAC, IC3Net, DIAL, graph attention and
+  CommFormer communication;
+- ``marl.routing``: learned routing over a ``topology.Graph`` of agents
+  (GPTSwarm edge logits, a G-Designer-style task-conditioned GNN).
 """

@@ -1,7 +1,9 @@
-"""Command line of ``marl``: ``python -m marl games solve ...``, ``python -m marl games table ...``.
+"""Command line of ``marl``: ``python -m marl games solve|table|psro ...`` and
+``python -m marl train comm|routing ...``.
 
-A thin typer app that mounts sub-command groups (``games`` today; later work
-items add e.g. ``train``). Each group keeps its own conventions: errors exit 2
+A thin typer app that mounts sub-command groups: ``games`` (exact solvers) and
+``train`` (MAPPO/IPPO with communication modules; learned routing over agent
+graphs). Each group keeps its own conventions: errors exit 2
 with one short line, ``--json`` prints one JSON object on the last line.
 """
 
@@ -11,12 +13,21 @@ import sys
 
 import typer
 
+from marl.comm.cli import comm as comm_command
 from marl.games.__main__ import app as games_app
 from marl.games.__main__ import expand_multi_args
+from marl.routing.cli import routing_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Multi-agent learning: exact game solvers and (later) training.")
+                  help="Multi-agent learning: exact game solvers and training.")
 app.add_typer(games_app, name="games", help="Solve OpenSpiel games exactly with the CFR family.")
+
+train_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                        help="Train multi-agent policies: communication MARL and learned routing.")
+train_app.command("comm")(comm_command)
+train_app.command("routing")(routing_command)
+app.add_typer(train_app, name="train",
+              help="Train multi-agent policies: communication MARL and learned routing.")
 
 
 def main() -> None:

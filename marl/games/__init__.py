@@ -8,7 +8,15 @@ its oracle and exact meta-game payoffs.
 """
 
 from .algorithms import ALGORITHMS, algorithm_names, get_algorithm, register
-from .cfr import Algorithm, CFRSolver, HookContext, SolveResult, batch_param, regret_matching, solve
+from .cfr import (
+    Algorithm,
+    CFRSolver,
+    HookContext,
+    SolveResult,
+    batch_param,
+    regret_matching,
+    solve,
+)
 from .evaluate import (
     BestResponse,
     Exploitability,
@@ -18,9 +26,20 @@ from .evaluate import (
     nash_conv,
     policy_value,
 )
-from .metasolvers import MetaSolver, get_meta_solver, meta_solver_names, register_meta_solver
+from .metasolvers import (
+    MetaSolver,
+    get_meta_solver,
+    meta_solver_names,
+    register_meta_solver,
+)
 from .psro import PSROResult, run_psro
-from .tree import GameTree, GameTreeError, load_game, load_openspiel_game, resolve_device
+from .tree import (
+    GameTree,
+    GameTreeError,
+    load_game,
+    load_openspiel_game,
+    resolve_device,
+)
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "BestResponse", "CFRSolver", "Exploitability", "GameTree",

@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 import typer
 
+from marl.progress import progress_bar
+
 logger = logging.getLogger(__name__)
 
 from .suites import HELD_OUT_GAMES, PAPER_GAMES, TRAINING_GAMES  # noqa: E402
@@ -85,21 +87,6 @@ def _console(quiet: bool = False):
     from rich.console import Console
 
     return Console(stderr=True, quiet=quiet)
-
-
-def _progress(console):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                    console=console, transient=False)
 
 
 def _short(text: str, width: int = 36) -> str:
@@ -280,7 +267,7 @@ def solve(
         checkpoints |= set(range(eval_every, iterations + 1, eval_every))
     if plot is not None:
         checkpoints |= set(log_checkpoints(iterations))
-    with _progress(console) as prog:
+    with progress_bar(console=console) as prog:
         task = prog.add_task(_short(f"{algo_name} on {tree.game}"), total=iterations)
         curves, secs = drive([solver], iterations, checkpoints,
                              advance=lambda k: prog.advance(task, k))
@@ -461,7 +448,7 @@ def table(
     errors: list[str] = []
     files: list[str] = []
     dev_name = device
-    with _progress(console) as prog:
+    with progress_bar(console=console) as prog:
         overall = prog.add_task("all games", total=len(game_list) * len(algo_list) * iterations)
         for g in game_list:
             loading = prog.add_task(f"{_short(g)}: loading (a first build takes minutes)",

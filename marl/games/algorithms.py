@@ -35,7 +35,6 @@ import torch
 
 from .cfr import Algorithm, HookContext, batch_param, regret_matching
 
-
 # ------------------------------------------------------------ shared hooks --
 
 class SumRegret:

@@ -24,7 +24,6 @@ import torch
 
 from .tree import GameTree
 
-
 # Internally every per-node quantity is node-major, ``[H, ...]`` with the batch
 # last, so that a tree level is one contiguous block of rows.
 

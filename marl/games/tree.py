@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from marl.device import resolve_device
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -57,17 +59,6 @@ def _pyspiel():
         raise ImportError(
             "marl.games needs OpenSpiel: pip install open-spiel") from exc
     return pyspiel
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
-    return dev
 
 
 def cache_dir() -> Path:
