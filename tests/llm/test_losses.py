@@ -1,0 +1,165 @@
+"""The GRPO policy loss against numbers worked out by hand, and against TRL's ``_compute_loss``."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from marl.llm import policy_loss
+
+torch.set_num_threads(1)
+
+LN = math.log
+
+
+def _one_token(ratios, advantages, **kw):
+    """B sequences of one kept token each, with old logp 0 and new logp log(ratio)."""
+    new = torch.tensor([[LN(r)] for r in ratios], requires_grad=True)
+    old = torch.zeros_like(new)
+    loss, metrics = policy_loss(new, old, torch.tensor(advantages), torch.ones_like(old), **kw)
+    return new, loss, metrics
+
+
+@pytest.mark.parametrize("ratio, adv, expected, clipped", [
+    (1.1, 1.0, -1.1, False),   # inside the range: -rho A
+    (1.5, 1.0, -1.2, True),    # above 1+eps with A>0: -(1.2) A, no gradient
+    (0.5, 1.0, -0.5, False),   # below 1-eps with A>0: min picks rho A = 0.5
+    (0.5, -1.0, 0.8, True),    # below 1-eps with A<0: min(-0.5, -0.8) = -0.8 -> loss 0.8, clipped
+    (1.5, -1.0, 1.5, False),   # above 1+eps with A<0: min(-1.5, -1.2) = -1.5 -> loss 1.5
+    (0.9, -2.0, 1.8, False),   # inside, negative advantage: -(0.9 * -2)
+])
+def test_clipped_surrogate_by_hand(ratio, adv, expected, clipped):
+    new, loss, metrics = _one_token([ratio], [adv])
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    loss.backward()
+    # d/dnew of -rho A is -rho A (rho = exp(new - old)); clipped tokens get none
+    expected_grad = 0.0 if clipped else -ratio * adv
+    assert new.grad.item() == pytest.approx(expected_grad, abs=1e-6)
+    assert metrics["clip_fraction"] == (1.0 if clipped else 0.0)
+    assert metrics["ratio"] == pytest.approx(ratio)
+
+
+def test_clipped_batch_metrics_and_asymmetric_clip():
+    new, loss, metrics = _one_token([1.1, 1.5, 0.5, 0.5, 1.5], [1.0, 1.0, 1.0, -1.0, -1.0])
+    # per sequence: -1.1, -1.2, -0.5, 0.8, 1.5 -> mean -0.5 / 5 = -0.1
+    assert loss.item() == pytest.approx(-0.1, abs=1e-6)
+    assert metrics["clip_fraction"] == pytest.approx(2 / 5)
+    assert metrics["ratio"] == pytest.approx((1.1 + 1.5 + 0.5 + 0.5 + 1.5) / 5)
+    assert metrics["kl"] == 0.0
+    loss.backward()
+    torch.testing.assert_close(new.grad.squeeze(1), torch.tensor([-1.1, 0.0, -0.5, 0.0, 1.5]) / 5)
+    # DAPO clip-higher: upper bound 1 + 0.28
+    _, loss, _ = _one_token([1.5], [1.0], clip_eps_high=0.28)
+    assert loss.item() == pytest.approx(-1.28, abs=1e-6)
+    _, loss, _ = _one_token([0.7], [-1.0], clip_eps=0.1, clip_eps_high=0.5)
+    assert loss.item() == pytest.approx(0.9, abs=1e-6)  # min(-0.7, -0.9) = -0.9
+
+
+def test_k3_kl_value_and_zero_at_reference():
+    new = torch.zeros(1, 2, requires_grad=True)
+    ref = torch.tensor([[LN(2.0), -LN(2.0)]])
+    # k3 = exp(ref-new) - (ref-new) - 1: 2 - ln2 - 1 = 0.3068528, 0.5 + ln2 - 1 = 0.1931472
+    loss, metrics = policy_loss(new, new.detach(), torch.zeros(1), torch.ones(1, 2),
+                                ref_logp=ref, kl_beta=0.1)
+    assert metrics["kl"] == pytest.approx((0.3068528 + 0.1931472) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx(0.1 * 0.25, abs=1e-6)   # A = 0: only beta * mean KL
+    # gradient of k3 w.r.t. new: -exp(ref-new) + 1 -> (-1, 0.5), times beta / 2 tokens
+    loss.backward()
+    torch.testing.assert_close(new.grad, torch.tensor([[-0.05, 0.025]]))
+
+    new = torch.tensor([[0.3, -1.2, -0.4]], requires_grad=True)
+    loss, metrics = policy_loss(new, new.detach(), torch.zeros(1), torch.ones(1, 3),
+                                ref_logp=new.detach().clone(), kl_beta=1.0)
+    assert metrics["kl"] == 0.0 and loss.item() == 0.0
+    loss.backward()
+    assert new.grad.abs().max().item() == 0.0
+    with pytest.raises(ValueError, match="ref_logp"):
+        policy_loss(new, new.detach(), torch.zeros(1), torch.ones(1, 3), kl_beta=0.1)
+
+
+def test_masked_tokens_change_neither_loss_nor_gradient():
+    torch.manual_seed(0)
+    old = -torch.rand(3, 5)
+    ref = -torch.rand(3, 5)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 0, 0], [1, 0, 0, 0, 1]])
+    adv = torch.tensor([1.0, -0.5, 2.0])
+    base = old + 0.1 * torch.randn(3, 5)
+    results = []
+    for shift in (0.0, 5.0):
+        perturbed = base.clone()
+        perturbed[mask == 0] -= shift         # e.g. another agent's token or tool output
+        new = perturbed.requires_grad_(True)
+        old2 = old.clone()
+        old2[mask == 0] += shift
+        for lt in ("grpo", "bnpo", "dr_grpo"):
+            loss, metrics = policy_loss(new, old2, adv, mask, ref_logp=ref, kl_beta=0.05, loss_type=lt)
+            (grad,) = torch.autograd.grad(loss, new)
+            results.append((lt, loss.detach(), grad, metrics))
+    for (lt, l0, g0, m0), (_, l1, g1, m1) in zip(results[:3], results[3:]):
+        torch.testing.assert_close(l0, l1)
+        torch.testing.assert_close(g0, g1)
+        assert g0[mask == 0].eq(0).all()
+        assert m0 == pytest.approx(m1)
+
+
+def test_loss_type_aggregation_by_hand():
+    # ratio 1 everywhere (new == old), no clipping: per-token loss is -A
+    new = torch.zeros(2, 3)
+    adv = torch.tensor([1.0, -4.0])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    # kept per-token losses: seq 0: -1, -1 ; seq 1: +4
+    out = {lt: policy_loss(new, new, adv, mask, loss_type=lt)[0].item() for lt in ("grpo", "bnpo", "dr_grpo")}
+    assert out["grpo"] == pytest.approx((-1.0 + 4.0) / 2)        # seq means -1 and 4, mean 1.5
+    assert out["bnpo"] == pytest.approx((-2.0 + 4.0) / 3)        # 2 / 3 tokens
+    assert out["dr_grpo"] == pytest.approx((-2.0 + 4.0) / (2 * 3))
+    dr = policy_loss(new, new, adv, mask, loss_type="dr_grpo", max_completion_length=4)[0].item()
+    assert dr == pytest.approx(2.0 / (2 * 4))
+    # a sequence with no kept token adds 0 but counts in grpo's mean
+    mask0 = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    assert policy_loss(new, new, adv, mask0)[0].item() == pytest.approx(-1.0 / 2)
+    with pytest.raises(ValueError, match="loss_type"):
+        policy_loss(new, new, adv, mask, loss_type="dapo")
+
+
+def test_matches_trl_compute_loss():
+    """Run TRL's own ``GRPOTrainer._compute_loss`` on a stand-in trainer whose model returns our logps."""
+    pytest.importorskip("trl")
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    torch.manual_seed(1)
+    B, T = 4, 6
+    old = -torch.rand(B, T) * 3
+    new = old + 0.4 * torch.randn(B, T)
+    ref = old + 0.2 * torch.randn(B, T)
+    adv = torch.tensor([1.3, -0.7, 0.2, -2.0])
+    mask = (torch.rand(B, T) > 0.3).long()
+    mask[:, 0] = 1
+
+    for loss_type in ("grpo", "bnpo", "dr_grpo"):
+        for beta, eps_high in ((0.0, 0.2), (0.04, 0.28)):
+            fake = SimpleNamespace(
+                top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
+                beta=beta, loss_type=loss_type, epsilon_low=0.2, epsilon_high=eps_high, use_vllm=False,
+                model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
+                max_completion_length=T + 2, _entropy_bonus_enabled=False, aux_loss_enabled=False,
+                args=SimpleNamespace(use_bias_correction_kl=False, delta=None),
+                accelerator=SimpleNamespace(reduce=lambda x, reduction="sum": x, gather=lambda x: x),
+                _metrics=defaultdict(lambda: defaultdict(list)),
+                _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
+            )
+            inputs = {"prompt_ids": torch.zeros(B, 2, dtype=torch.long), "prompt_mask": torch.ones(B, 2),
+                      "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask,
+                      "advantages": adv, "old_per_token_logps": old, "ref_per_token_logps": ref}
+            trl_loss = GRPOTrainer._compute_loss(fake, None, inputs)
+            ours, metrics = policy_loss(new, old, adv, mask, ref_logp=ref, clip_eps=0.2, clip_eps_high=eps_high,
+                                        kl_beta=beta, loss_type=loss_type, max_completion_length=T + 2)
+            torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
+            trl_metrics = fake._metrics["train"]
+            assert metrics["clip_fraction"] == pytest.approx(trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6)
+            assert metrics["clip_fraction"] > 0
+            if beta:
+                assert metrics["kl"] == pytest.approx(trl_metrics["kl"][-1], abs=1e-6)
