@@ -10,7 +10,11 @@ So far the core that a trainer is built on:
 - group-relative advantages (GRPO, Dr. GRPO, GDPO) over groups built from any
   per-sample key (:mod:`marl.llm.advantages`);
 - the clipped policy loss with a k3 KL penalty, token masking and TRL's loss
-  aggregations (:mod:`marl.llm.losses`).
+  aggregations (:mod:`marl.llm.losses`);
+- the policy update (:mod:`marl.llm.trainer`): :class:`PolicyTrainer` takes
+  token samples and rewards, computes advantages, accumulates gradients over
+  micro-batches (equal to one full-batch step), optionally with LoRA through
+  peft, and saves atomic, resumable checkpoints.
 """
 
 from marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages
@@ -27,9 +31,10 @@ from marl.llm.rollouts import (
     samples_from_trace,
     sequence_logprobs,
 )
+from marl.llm.trainer import GRPOConfig, PolicyTrainer
 
 __all__ = [
-    "LOGPROBS_KEY", "LOSS_TYPES", "SEGMENTS_KEY", "TOKEN_IDS_KEY", "MissingTokensError",
+    "GRPOConfig", "PolicyTrainer", "LOGPROBS_KEY", "LOSS_TYPES", "SEGMENTS_KEY", "TOKEN_IDS_KEY", "MissingTokensError",
     "RoleMap", "TokenRecorder", "TokenSample", "collate", "gdpo_advantages", "group_ids",
     "grpo_advantages", "policy_loss", "samples_from_trace", "sequence_logprobs",
 ]

@@ -1,0 +1,387 @@
+"""The GRPO policy update: advantages -> clipped loss -> accumulated gradients -> optimizer step.
+
+:class:`PolicyTrainer` wraps ONE trainable Hugging Face causal LM (full
+fine-tuning, or LoRA through ``peft`` when ``GRPOConfig.lora`` is set) and
+turns a batch of :class:`~marl.llm.rollouts.TokenSample` with their rewards
+into ``epochs`` optimizer steps::
+
+    A      = grpo / dr_grpo / gdpo advantages of the rewards over the groups
+    batch  = collate(samples)                       (padded once, sliced into micro-batches)
+    for each epoch (mu):
+        for each of grad_accum_steps micro-batches:
+            new = sequence_logprobs(model, micro)   (with gradient)
+            ref = sequence_logprobs(ref_model, micro) without gradient, if kl_beta > 0
+            (w_micro * policy_loss(new, old, A, mask, ref)).backward()
+        clip_grad_norm_(max_grad_norm); optimizer.step()
+
+``old`` is the behaviour policy's log-probs recorded at generation (the
+samples' ``old_logprobs``) and stays fixed across all ``epochs``, as in
+PPO/GRPO (pi_old is the policy that sampled; the clip bounds how far the
+mu updates move from it). Samples without recorded log-probs get them
+recomputed from the current model before the first update.
+
+Gradient accumulation is exact: each micro-batch loss is weighted so that the
+sum of the micro-batch gradients equals the gradient of the full-batch loss
+for every ``loss_type`` (``grpo``: by its share of sequences; ``bnpo``: by its
+share of kept tokens; ``dr_grpo``: by its share of sequences with the
+full batch's completion width as the constant).
+
+Checkpoints (:meth:`PolicyTrainer.save_checkpoint`) are directories holding
+``ckpt-<step>-<id>/`` sub-directories and a ``LATEST`` file naming the
+complete one; each version is written to a temporary directory, renamed into
+place, and only then published by atomically replacing ``LATEST``, so a kill
+at any moment leaves the previous checkpoint loadable.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+import uuid
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages
+from marl.llm.losses import LOSS_TYPES, policy_loss
+from marl.llm.rollouts import TokenSample, collate, sequence_logprobs
+
+__all__ = ["GRPOConfig", "PolicyTrainer"]
+
+_LATEST = "LATEST"
+
+
+class GRPOConfig(BaseModel):
+    """Hyper-parameters of :class:`PolicyTrainer`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-6, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    clip_eps: float = Field(0.2, gt=0.0)
+    clip_eps_high: float | None = Field(None, gt=0.0, description="DAPO's upper clip; None = clip_eps")
+    kl_beta: float = Field(0.0, ge=0.0)
+    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
+    max_completion_length: int | None = Field(None, ge=1, description="dr_grpo constant; None = batch width")
+    advantage: Literal["grpo", "gdpo", "dr_grpo"] = "grpo"
+    reward_weights: list[float] | None = None
+    grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    max_grad_norm: float | None = Field(1.0, gt=0.0, description="None: no clipping (norm still reported)")
+    epochs: int = Field(1, ge=1, description="optimizer steps per batch (mu)")
+    seed: int = 0
+    lora: dict[str, Any] | None = Field(None, description="peft.LoraConfig kwargs; None = full fine-tuning")
+
+
+def _set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+
+        state["numpy"] = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        pass
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class PolicyTrainer:
+    """GRPO/GDPO updates of one causal LM.
+
+    Args:
+        model: a Hugging Face causal LM (trained in place; with ``config.lora``
+            it is wrapped by ``peft.get_peft_model``, which injects the adapter
+            into this same module tree).
+        tokenizer: its tokenizer (the pad id for :func:`collate`).
+        config: a :class:`GRPOConfig` (or a dict of its fields).
+        ref_model: the KL reference; when ``kl_beta > 0`` and none is given, a
+            frozen deep copy of ``model`` as it is now.
+        policy: if set, :meth:`step` trains only samples whose ``policy`` is
+            this name and drops the others (with their rewards and groups).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, config: GRPOConfig | dict | None = None,
+                 ref_model: Any | None = None, *, policy: str | None = None) -> None:
+        self.config = config if isinstance(config, GRPOConfig) else GRPOConfig(**(config or {}))
+        if self.config.loss_type not in LOSS_TYPES:  # pragma: no cover - pydantic guards it
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
+        _set_seed(self.config.seed)
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.base_model = model
+        if self.config.kl_beta > 0 and ref_model is None:
+            ref_model = copy.deepcopy(model)
+        if ref_model is not None:
+            ref_model.requires_grad_(False)
+            ref_model.eval()
+        self.ref_model = ref_model
+        if self.config.lora is not None:
+            try:
+                import peft
+            except ImportError as e:
+                raise ImportError(
+                    "GRPOConfig.lora needs the 'peft' package, which is not installed (pip install peft); "
+                    "set lora=None for full fine-tuning"
+                ) from e
+            model = peft.get_peft_model(model, peft.LoraConfig(**self.config.lora))
+        self.model = model
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        self.step_count = 0
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- advantages -----------------------------------------------------------------------------
+
+    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+        """Per-sample advantages [B] of ``rewards`` ([B] or [B, R]) by ``config.advantage``."""
+        w = self.config.reward_weights
+        if self.config.advantage == "gdpo":
+            return gdpo_advantages(rewards, groups, weights=w)
+        return grpo_advantages(rewards, groups, weights=w, scale=self.config.advantage == "grpo")
+
+    # -- the update -----------------------------------------------------------------------------
+
+    def step(self, samples: Sequence[TokenSample], rewards, groups=None) -> dict[str, float]:
+        """Compute advantages and take ``config.epochs`` optimizer steps on ``samples``.
+
+        Args:
+            samples: token samples (:func:`~marl.llm.rollouts.samples_from_trace`).
+            rewards: [B] or [B, R] rewards, one row per sample.
+            groups: [B] integer group ids, or B hashable keys (see
+                :func:`~marl.llm.advantages.group_ids`); default: each sample's ``group_key``.
+
+        Returns metrics averaged over the epochs: ``loss``, ``kl``,
+        ``clip_fraction``, ``ratio``, ``grad_norm`` (before clipping),
+        ``reward_mean`` (weighted reward sum; plus ``reward_<k>_mean`` per
+        column when R > 1), ``advantage_mean``, ``advantage_std``,
+        ``samples``, ``tokens`` (trained tokens) and ``step`` (optimizer steps so far).
+        """
+        samples = list(samples)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32)
+        if rewards.dim() not in (1, 2) or rewards.shape[0] != len(samples):
+            raise ValueError(f"rewards must have shape [{len(samples)}] or [{len(samples)}, R], "
+                             f"got {tuple(rewards.shape)}")
+        if groups is None:
+            groups = [s.group_key for s in samples]
+        if not isinstance(groups, torch.Tensor):
+            groups = list(groups)
+            if len(groups) != len(samples):
+                raise ValueError(f"groups has {len(groups)} entries for {len(samples)} samples")
+            if not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
+                groups = group_ids([g if isinstance(g, Hashable) else repr(g) for g in groups])
+            groups = torch.as_tensor(groups, dtype=torch.long)
+        if groups.shape != (len(samples),):
+            raise ValueError(f"groups must have shape [{len(samples)}], got {tuple(groups.shape)}")
+        if self.policy is not None:
+            keep = [i for i, s in enumerate(samples) if s.policy == self.policy]
+            samples = [samples[i] for i in keep]
+            idx = torch.tensor(keep, dtype=torch.long)
+            rewards, groups = rewards[idx], groups[idx]
+        if not samples:
+            raise ValueError("no samples to train on" + (f" for policy {self.policy!r}" if self.policy else ""))
+
+        cfg = self.config
+        adv = self.advantages(rewards, groups)
+        dev = self.device
+        has_old = all(s.old_logprobs is not None for s in samples)
+        plain = [s if has_old else TokenSample(s.policy, s.prompt_ids, s.completion_ids, s.completion_mask,
+                                               None, s.group_key, s.meta) for s in samples]
+        batch = collate(plain, self.pad_id, device=dev)
+        B, C = batch["completion_mask"].shape
+        adv = adv.to(dev)
+        mask = batch["completion_mask"]
+        total_tokens = float(mask.sum())
+        L = cfg.max_completion_length or C
+        micro = [ix.to(dev) for ix in torch.tensor_split(torch.arange(B), min(cfg.grad_accum_steps, B)) if len(ix)]
+        was_training = self.model.training
+
+        if not has_old:  # on-policy: recompute the behaviour log-probs before any update
+            with torch.no_grad():
+                self.model.eval()
+                batch["old_logprobs"] = torch.cat(
+                    [sequence_logprobs(self.model, self._slice(batch, ix)) for ix in micro]).float() * mask
+
+        sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "grad_norm": 0.0}
+        try:
+            self.model.train()
+            for _ in range(cfg.epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                ep = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
+                for ix in micro:
+                    mb = self._slice(batch, ix)
+                    m = mb["completion_mask"]
+                    new = sequence_logprobs(self.model, mb)
+                    ref = None
+                    if cfg.kl_beta > 0:
+                        with torch.no_grad():
+                            ref = sequence_logprobs(self.ref_model, mb).to(new.device)
+                    loss, met = policy_loss(new, mb["old_logprobs"].to(new.device), adv[ix], m, ref_logp=ref,
+                                            clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
+                                            kl_beta=cfg.kl_beta, loss_type=cfg.loss_type,
+                                            max_completion_length=L)
+                    if cfg.loss_type == "bnpo":
+                        w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
+                    else:  # grpo, dr_grpo: mean over sequences
+                        w = len(ix) / B
+                    (loss * w).backward()
+                    ep["loss"] += float(loss.detach()) * w
+                    tw = float(m.sum()) / max(1.0, total_tokens)  # token-weighted metric means
+                    for k in ("kl", "clip_fraction", "ratio"):
+                        ep[k] += met[k] * tw
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+                gn = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step_count += 1
+                ep["grad_norm"] = float(gn)
+                for k in sums:
+                    sums[k] += ep[k] / cfg.epochs
+        finally:
+            self.model.train(was_training)
+
+        r = rewards if rewards.dim() == 2 else rewards.unsqueeze(1)
+        w = torch.ones(r.shape[1]) if cfg.reward_weights is None else torch.tensor(cfg.reward_weights)
+        metrics = dict(sums)
+        metrics["reward_mean"] = float((r * w).sum(1).mean())
+        if r.shape[1] > 1:
+            for k in range(r.shape[1]):
+                metrics[f"reward_{k}_mean"] = float(r[:, k].mean())
+        metrics["advantage_mean"] = float(adv.mean())
+        metrics["advantage_std"] = float(adv.std()) if B > 1 else 0.0
+        metrics["samples"] = float(B)
+        metrics["tokens"] = total_tokens
+        metrics["step"] = float(self.step_count)
+        return metrics
+
+    @staticmethod
+    def _slice(batch: dict[str, torch.Tensor], ix: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def _weights_state(self) -> dict[str, torch.Tensor]:
+        if self.config.lora is not None:
+            import peft
+
+            return peft.get_peft_model_state_dict(self.model)
+        return self.model.state_dict()
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Save weights (the LoRA adapter only, with ``lora``), optimizer, step count and RNG state.
+
+        ``path`` is a directory; the checkpoint goes into a fresh
+        ``ckpt-<step>-<id>`` sub-directory written under a temporary name and
+        renamed when complete, then ``path/LATEST`` is atomically replaced to
+        name it, and older versions are removed. Returns the version's path.
+        """
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        name = f"ckpt-{self.step_count:08d}-{uuid.uuid4().hex[:8]}"
+        tmp = root / f".tmp-{name}"
+        tmp.mkdir()
+        try:
+            state = {
+                "weights": {k: v.detach().cpu().clone() for k, v in self._weights_state().items()},
+                "optimizer": self.optimizer.state_dict(),
+                "step_count": self.step_count,
+                "rng": _rng_state(),
+                "config": self.config.model_dump(),
+                "policy": self.policy,
+            }
+            with open(tmp / "trainer.pt", "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            final = root / name
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        latest_tmp = root / f".{_LATEST}.{uuid.uuid4().hex[:8]}"
+        with open(latest_tmp, "w") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(latest_tmp, root / _LATEST)
+        for old in root.iterdir():
+            if old.name != name and old.is_dir() and (old.name.startswith("ckpt-") or old.name.startswith(".tmp-")):
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (the version named by ``path/LATEST``)."""
+        root = Path(path)
+        latest = root / _LATEST
+        if not latest.exists():
+            raise FileNotFoundError(f"no checkpoint at {root} (missing {_LATEST})")
+        version = root / latest.read_text().strip()
+        state = torch.load(version / "trainer.pt", map_location="cpu", weights_only=False)
+        if self.config.lora is not None:
+            import peft
+
+            peft.set_peft_model_state_dict(self.model, state["weights"])
+        else:
+            self.model.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count = int(state["step_count"])
+        _set_rng_state(state["rng"])
+
+    # -- serving the updated weights --------------------------------------------------------------
+
+    def sync_to(self, llm: Any) -> bool:
+        """Make ``llm`` (a :class:`~agents.llm.transformers_llm.TransformersLLM`) generate with the trained weights.
+
+        If ``llm.model`` is the module this trainer updates (build the trainer
+        with ``PolicyTrainer(llm.model, llm.tokenizer, ...)``) — including the
+        LoRA case, where peft injects the adapter into that same module tree —
+        nothing needs copying: it only makes sure the model is in eval mode and
+        returns ``False``. Otherwise the weights are copied into ``llm.model``
+        (LoRA adapters merged into a copy first) and it returns ``True``.
+        """
+        target = llm.model
+        shared = target is self.model or target is self.base_model
+        if not shared:
+            if self.config.lora is not None:
+                merged = copy.deepcopy(self.model).merge_and_unload()
+                target.load_state_dict(merged.state_dict())
+            else:
+                target.load_state_dict(self.model.state_dict())
+        target.eval()
+        return not shared
