@@ -32,6 +32,7 @@ ParallelEnv, ``B`` copies in a Python loop).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ from marl.device import resolve_device
 __all__ = ["BatchedMultiAgentEnv", "resolve_device"]
 
 
-class BatchedMultiAgentEnv:
+class BatchedMultiAgentEnv(ABC):
     """B independent copies of a cooperative/general multi-agent env stepped together as tensors."""
 
     name: str
@@ -55,13 +56,14 @@ class BatchedMultiAgentEnv:
     action_sizes: dict[str, int]  # discrete action counts
     state_size: int  # size of state()
 
+    @abstractmethod
     def reset(self, seed: int | None = None) -> dict[str, Tensor]:
         """Start a fresh episode in every row; returns ``{agent: obs [B, obs_size]}``.
 
         ``seed`` reseeds the env's generator first (same seed -> same episodes).
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def step(
         self, actions: dict[str, Tensor]
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
@@ -73,11 +75,10 @@ class BatchedMultiAgentEnv:
         ``info["final_observation"]`` as described in the module docstring.
         Ended rows are reset automatically.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def state(self) -> Tensor:
         """Global state ``[B, state_size]`` for centralised critics."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Release resources (no-op for tensor envs)."""
@@ -160,14 +161,17 @@ class MPEBatchedEnv(BatchedMultiAgentEnv):
         self._obs, self._state = self._observe()
 
     # -- to implement -------------------------------------------------------
+    @abstractmethod
     def _sample_state(self, n: int) -> dict[str, Tensor]:
-        raise NotImplementedError
+        """Initial states of ``n`` new episodes (batch last)."""
 
+    @abstractmethod
     def _advance(self, actions: dict[str, Tensor]) -> dict[str, Tensor]:
-        raise NotImplementedError
+        """Apply ``actions`` to the state and return the per-agent rewards."""
 
+    @abstractmethod
     def _observe(self) -> tuple[dict[str, Tensor], Tensor]:
-        raise NotImplementedError
+        """Observations ``{agent: [B, obs]}`` and the global state ``[B, state_size]``."""
 
     # -- helpers for subclasses --------------------------------------------
     def _uniform(self, *shape: int) -> Tensor:
@@ -268,5 +272,6 @@ class MPEBatchedEnv(BatchedMultiAgentEnv):
         self._max_steps_bound = max(self._max_steps_bound, int(raw.steps))
         self._obs, self._state = self._observe()
 
+    @abstractmethod
     def _state_from_mpe(self, world: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        """The state of one env copied from an mpe2 ``world`` (see :meth:`load_mpe_state`)."""
