@@ -149,6 +149,7 @@ class Runtime:
         self.max_tokens = max_tokens if max_tokens is not None else spec.budget.max_tokens
         self.max_calls = max_calls if max_calls is not None else spec.budget.max_calls
         self.on_event = on_event
+        self._run_seeds: list[int] | None = None
         self._functions = dict(functions or {})
         self._llm_objs = self._resolve_llms(llms or {}, llm)
         self._agents: dict[str, Agent] = {}
@@ -275,10 +276,23 @@ class Runtime:
             res.trace.save_jsonl(trace_path)
         return res
 
-    def run_many(self, tasks: Sequence[str]) -> list[RunResult]:
-        """Run the graph on several tasks in lockstep, batching across them."""
+    def run_many(self, tasks: Sequence[str], *, seeds: Sequence[int] | None = None) -> list[RunResult]:
+        """Run the graph on several tasks in lockstep, batching across them.
+
+        ``seeds`` (one int per task) gives each run its own sampling seed in
+        place of the Runtime's ``seed`` and the run's position in ``tasks``:
+        a run then samples the same way whichever batch it is part of (what
+        rollouts split over several workers need).
+        """
         if isinstance(tasks, str):
             raise TypeError("run_many takes a list of tasks; use run() for one")
+        if seeds is not None:
+            seeds = list(seeds)
+            if len(seeds) != len(tasks):
+                raise ValueError(f"seeds has {len(seeds)} entries for {len(tasks)} tasks")
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+                raise TypeError("seeds must be integers")
+        self._run_seeds = seeds
         states = [_RunState(t, self.graph, self._rounds) for t in tasks]
         calls_used = [0] * len(states)
         tokens_used = [0] * len(states)
@@ -336,7 +350,10 @@ class Runtime:
     def _params_for(self, job: _Job, agent: Agent, cap: int | None) -> SamplingParams:
         p = agent.params
         upd: dict[str, Any] = {}
-        if self.seed is not None and p.seed is None:
+        run_seeds = self._run_seeds
+        if run_seeds is not None and p.seed is None:
+            upd["seed"] = _stable_seed(run_seeds[job.run], "run", job.node, job.round)
+        elif self.seed is not None and p.seed is None:
             upd["seed"] = _stable_seed(self.seed, job.run, job.node, job.round)
         if cap is not None and p.max_new_tokens > cap:
             upd["max_new_tokens"] = max(1, cap)

@@ -290,6 +290,51 @@ class PolicyTrainer:
         metrics["step"] = float(self.step_count)
         return metrics
 
+    def sft_step(self, samples: Sequence[TokenSample]) -> dict[str, float]:
+        """One supervised step: mean negative log-likelihood of the masked completion tokens.
+
+        The loss is the token mean over every kept token of the batch
+        (micro-batches weighted by their share of tokens, so accumulation is
+        exact), for warm starts on demonstrations (AgentConductor's SFT on
+        synthetic topologies) and REMUL's masked SFT on answer tokens.
+        Returns ``sft_loss``, ``grad_norm``, ``tokens`` and ``step``.
+        """
+        samples = list(samples)
+        if self.policy is not None:
+            samples = [s for s in samples if s.policy == self.policy]
+        if not samples:
+            raise ValueError("no samples to train on" + (f" for policy {self.policy!r}" if self.policy else ""))
+        plain = [TokenSample(s.policy, s.prompt_ids, s.completion_ids, s.completion_mask, None, s.group_key, s.meta)
+                 for s in samples]
+        batch = collate(plain, self.pad_id, device=self.device)
+        mask = batch["completion_mask"]
+        total = float(mask.sum())
+        if total == 0:
+            raise ValueError("the samples' completion masks keep no token")
+        B = mask.shape[0]
+        micro = [ix.to(self.device) for ix in torch.tensor_split(torch.arange(B), min(self.config.grad_accum_steps, B))
+                 if len(ix)]
+        was_training = self.model.training
+        loss_sum = 0.0
+        try:
+            self.model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            for ix in micro:
+                mb = self._slice(batch, ix)
+                m = mb["completion_mask"]
+                lp = sequence_logprobs(self.model, mb)
+                loss = -(lp * m).sum() / total
+                loss.backward()
+                loss_sum += float(loss.detach())
+            max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
+            gn = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step_count += 1
+        finally:
+            self.model.train(was_training)
+        return {"sft_loss": loss_sum, "grad_norm": float(gn), "tokens": total, "step": float(self.step_count)}
+
     @staticmethod
     def _slice(batch: dict[str, torch.Tensor], ix: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
@@ -366,7 +411,12 @@ class PolicyTrainer:
     # -- serving the updated weights --------------------------------------------------------------
 
     def sync_to(self, llm: Any) -> bool:
-        """Make ``llm`` (a :class:`~agents.llm.transformers_llm.TransformersLLM`) generate with the trained weights.
+        """Make ``llm`` generate with the trained weights.
+
+        A :class:`~agents.llm.vllm_llm.VLLMLLM` gets the full state dict (LoRA
+        merged first) through its ``load_weights``, which swaps the engine's
+        weights in place and clears its prefix cache; it returns ``True``.
+        For a :class:`~agents.llm.transformers_llm.TransformersLLM`:
 
         If ``llm.model`` is the module this trainer updates (build the trainer
         with ``PolicyTrainer(llm.model, llm.tokenizer, ...)``) — including the
@@ -375,6 +425,10 @@ class PolicyTrainer:
         returns ``False``. Otherwise the weights are copied into ``llm.model``
         (LoRA adapters merged into a copy first) and it returns ``True``.
         """
+        if callable(getattr(llm, "load_weights", None)):  # VLLMLLM: push the weights into the engine
+            source = copy.deepcopy(self.model).merge_and_unload() if self.config.lora is not None else self.model
+            llm.load_weights({k: v.detach() for k, v in source.state_dict().items()})
+            return True
         target = llm.model
         shared = target is self.model or target is self.base_model
         if not shared:

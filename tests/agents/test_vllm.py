@@ -333,6 +333,31 @@ def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
 
 
 @pytest.mark.slow
+def test_policy_trainer_syncs_its_update_into_vllm(vllm_llm, embedded_dir):
+    """One GRPO step of marl.llm.PolicyTrainer, then sync_to(vLLM): the engine serves the updated policy."""
+    _need_vllm()
+    from safetensors.torch import load_file
+
+    from agents.llm.transformers_llm import TransformersLLM
+    from marl.llm.rollouts import TokenSample
+    from marl.llm.trainer import GRPOConfig, PolicyTrainer
+
+    policy = TransformersLLM(embedded_dir, device="cpu", dtype="float32")
+    comps = policy.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=3, logprobs=True))[0]
+    prompt_ids = policy.encode_prompts(PROMPTS[:1])[0]
+    samples = [TokenSample("p", prompt_ids, list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
+               for c in comps]
+    trainer = PolicyTrainer(policy.model, policy.tokenizer, GRPOConfig(lr=1e-3))
+    trainer.step(samples, [1.0, 0.0], groups=[0, 0])
+    assert trainer.sync_to(vllm_llm) is True
+    after = vllm_llm.generate(PROMPTS, GREEDY)
+    for prompt, row in zip(PROMPTS, after):
+        c = row[0]
+        assert c.logprobs == pytest.approx(_teacher_forced_logprobs(policy, prompt, c.token_ids), abs=1e-2)
+    vllm_llm.load_weights(load_file(str(embedded_dir / "model.safetensors")))
+
+
+@pytest.mark.slow
 def test_zeroed_layer_changes_output_and_restore(vllm_llm, embedded_dir):
     _need_vllm()
     from safetensors.torch import load_file

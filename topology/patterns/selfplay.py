@@ -70,6 +70,8 @@ __all__ = [
     "proposer_solver_functions",
     "ProposerSolverOutcome",
     "arithmetic_word_problem_task",
+    "arithmetic_task_hops",
+    "OPERATION_HOPS",
     "safe_eval_arithmetic",
     "find_arithmetic_expressions",
     "verify_arithmetic",
@@ -527,6 +529,25 @@ _OPERATIONS = (
     "a multiplication followed by a subtraction",
     "two additions",
 )
+OPERATION_HOPS: dict[str, int] = {
+    "one addition and one subtraction": 2,
+    "one multiplication": 1,
+    "a multiplication followed by an addition": 2,
+    "a division that leaves no remainder": 1,
+    "a multiplication followed by a subtraction": 2,
+    "two additions": 2,
+}
+"""Reasoning steps ("hops") each requested operation needs: the key HRPO groups proposals by."""
+
+
+def arithmetic_task_hops(task: str) -> int:
+    """The hop count of an :func:`arithmetic_word_problem_task` instruction (the operations it asks for)."""
+    for ops, hops in OPERATION_HOPS.items():
+        if f"must need {ops}," in task:
+            return hops
+    raise ValueError("not an arithmetic_word_problem_task instruction: no known operation in it")
+
+
 _RANGES = ("whole numbers below 20", "whole numbers below 50", "whole numbers below 100")
 _EXAMPLE = "Question: A baker fills 3 trays with 8 rolls each and sells 5 rolls. How many rolls are left?\nAnswer: 19"
 

@@ -1,0 +1,161 @@
+"""Rollouts split over Ray actors (``TrainConfig.rollout_workers > 0``).
+
+:class:`RayRollouts` starts ``n_workers`` Ray actors; each builds its own
+models exactly as the training loop does in its own process (the frozen base
+from ``load_llm(model)`` and one trainable copy per recipe policy, see
+``marl.llm.loop._Backend``). A call of :meth:`RayRollouts.run`::
+
+    refs     = ray.put(state dict) for each policy            (once, shared by every actor)
+    shards   = episodes cut into n_workers contiguous slices  (as even as possible, order kept)
+    each actor: load the policy weights, recipe.run_episodes(its llms, its shard)
+    results  = the shards' results concatenated               (the order of ``episodes``)
+
+Reproducibility: each episode carries its own seed, which fixes how it
+samples whichever batch it runs in, so the same seeds give the same samples
+whether the episodes run in this process or over N actors — up to the float
+round-off of batched padding, which does not change the sampled tokens of the
+tiny model in ``tests/llm/test_distributed.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any, Self
+
+import torch
+
+from marl.llm.loop import Episode, EpisodeResult, Recipe
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RayRollouts"]
+
+_NEEDS_RAY = "rollout_workers > 0 needs the 'ray' extra (pip install 'societas[ray]')"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(_NEEDS_RAY) from e
+    return ray
+
+
+class _Worker:
+    """One rollout actor: its own models (as in the loop's process) and the recipe."""
+
+    def __init__(self, recipe: Recipe, model: str, device: str, threads: int | None) -> None:
+        from marl.llm.loop import TrainConfig, _Backend
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.recipe = recipe
+        self.backend = _Backend(TrainConfig(model=model, device=device, threads=threads), recipe)
+
+    def run(self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None) -> list[EpisodeResult]:
+        if weights:
+            import ray
+
+            names = list(weights)
+            for name, sd in zip(names, ray.get([weights[n] for n in names])):
+                # The serving LLM wraps this very module, so it samples from the new weights.
+                self.backend.trainers[name].model.load_state_dict(sd)
+        return self.recipe.run_episodes(self.backend.llms(), episodes, train=train)
+
+
+def _shards(n_items: int, n: int) -> list[slice]:
+    """``n`` contiguous slices covering ``range(n_items)``, sizes differing by at most one."""
+    q, r = divmod(n_items, n)
+    bounds = [0]
+    for i in range(n):
+        bounds.append(bounds[-1] + q + (i < r))
+    return [slice(a, b) for a, b in pairwise(bounds)]
+
+
+class RayRollouts:
+    """Run a recipe's episodes on ``n_workers`` Ray actors, each with its own copy of the models.
+
+    ``num_cpus`` / ``num_gpus`` are each actor's Ray resources. Ray is started
+    (``ray_init_kwargs`` passed on) only if it is not running already, and
+    :meth:`close` shuts it down only if this object started it.
+    """
+
+    def __init__(self, recipe: Recipe, model: str, n_workers: int, *, device: str = "auto",
+                 threads: int | None = None, ray_init_kwargs: Mapping[str, Any] | None = None,
+                 num_cpus: float = 1, num_gpus: float = 0) -> None:
+        if n_workers < 1:
+            raise ValueError(f"n_workers must be at least 1, got {n_workers}")
+        ray = _import_ray()
+        self._ray = ray
+        self._started_ray = False
+        self._actors: list[Any] = []
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
+                                  # enough logical CPUs that every actor can be placed
+                                  "num_cpus": max(os.cpu_count() or 1, math.ceil(n_workers * num_cpus))}
+            kw.update(ray_init_kwargs or {})
+            ray.init(**kw)
+            self._started_ray = True
+        free = ray.available_resources().get("CPU", 0.0)
+        if free < n_workers * num_cpus:
+            log.warning("Ray has %.1f free CPUs for %d rollout workers of %s CPUs each: they wait until it has "
+                        "more (pass num_cpus= lower, or stop other actors)", free, n_workers, num_cpus)
+        actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_Worker)
+        self._actors = [actor.remote(recipe, model, device, threads) for _ in range(n_workers)]
+        # Surface model-loading errors here rather than at the first run.
+        try:
+            self._get([a.__ray_ready__.remote() for a in self._actors], ["failed to start"] * n_workers)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def n_workers(self) -> int:
+        return len(self._actors)
+
+    def _get(self, refs: Sequence[Any], what: Sequence[str]) -> list[Any]:
+        out = []
+        for i, (ref, w) in enumerate(zip(refs, what)):
+            try:
+                out.append(self._ray.get(ref))
+            except self._ray.exceptions.RayError as e:
+                raise RuntimeError(f"rollout worker {i} of {len(refs)} {w}: {e}") from e
+        return out
+
+    def run(self, episodes: Sequence[Episode], *, train: bool,
+            weights: Mapping[str, Mapping[str, torch.Tensor]] | None = None) -> list[EpisodeResult]:
+        """Run ``episodes`` over the actors (after loading ``weights``: ``{policy: state_dict}``)."""
+        if not self._actors:
+            raise RuntimeError("RayRollouts is closed")
+        episodes = list(episodes)
+        refs = {name: self._ray.put(sd) for name, sd in weights.items()} if weights else None
+        shards = _shards(len(episodes), len(self._actors))  # an empty shard (fewer episodes than actors) runs nothing
+        calls = [a.run.remote(episodes[s], train, refs) if s.stop > s.start else self._ray.put([])
+                 for a, s in zip(self._actors, shards)]
+        what = [f"raised on episodes [{s.start}:{s.stop}]" for s in shards]
+        results = [r for rs in self._get(calls, what) for r in rs]
+        if len(results) != len(episodes):
+            raise RuntimeError(f"the workers returned {len(results)} results for {len(episodes)} episodes")
+        return results
+
+    def close(self) -> None:
+        """Kill the actors; shut Ray down if this object started it (safe to call twice)."""
+        for a in self._actors:
+            try:
+                self._ray.kill(a)
+            except Exception as e:  # noqa: BLE001 - already dead
+                log.debug("could not kill rollout actor: %s", e)
+        self._actors = []
+        if self._started_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._started_ray = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

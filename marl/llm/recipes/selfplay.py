@@ -1,0 +1,210 @@
+"""``selfplay``: Dr. Zero's proposer and solver, trained against each other (arXiv 2601.07055).
+
+One episode is one round of :func:`topology.patterns.selfplay.proposer_solver`
+on a proposer instruction (:func:`arithmetic_word_problem_task`: write an
+arithmetic word problem with a whole-number answer)::
+
+    proposer -> question (answer hidden) -> solver_1 .. solver_5 -> grade
+
+* the **proposer** earns ``(5 - k)/4 if 0 < k < 5 else 0`` plus ``0.5 x`` its
+  format score (:func:`proposer_reward`, gated on format as in the reference
+  code), where ``k`` of the ``n = 5`` solver answers match its answer. It
+  trains with **HRPO**: one sample per instruction, advantages standardised
+  within the group of proposals with the same hop count (the number of
+  arithmetic operations the instruction asks for, :data:`OPERATION_HOPS`);
+* the **solver** trains with **GRPO** on the generated data: the 5 answers to
+  one question form a group, each rewarded 1 when it matches the proposer's
+  answer (the label of the generated pair, as in Dr. Zero), only for
+  well-formed pairs; when :func:`verify_arithmetic` can check the pair and
+  finds the proposer's answer wrong, the pair is dropped.
+
+The two alternate: ``proposer_steps`` GRPO steps of the proposer, then
+``solver_steps`` of the solver, and so on (both are separate copies of one
+base model unless ``shared=True``). Held-out evaluation runs fixed
+instructions with fixed seeds and reports the proposer reward (``reward``),
+its parts, the solvers' agreement with the proposer, and the solver's
+accuracy on fixed arithmetic word problems whose answers are computed
+(:func:`heldout_problems`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.llm.base import SamplingParams
+from agents.parsers import answers_match, extract_final_answer
+from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed
+from marl.llm.rollouts import RoleMap, samples_from_trace
+from topology.patterns.selfplay import (
+    SOLVER_TEMPLATE,
+    ProposerSolverOutcome,
+    arithmetic_task_hops,
+    arithmetic_word_problem_task,
+    proposer_solver,
+)
+from topology.runtime import Runtime
+
+__all__ = ["SelfPlayRecipe", "heldout_problems"]
+
+_NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo")
+_ITEMS = ("apples", "books", "marbles", "pencils", "stickers", "cookies", "coins", "shells")
+
+
+def heldout_problems(n: int, seed: int = 12345) -> list[tuple[str, int]]:
+    """``n`` arithmetic word problems with their computed answers (one or two operations)."""
+    rng = random.Random(seed)
+    out: list[tuple[str, int]] = []
+    for _ in range(n):
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        kind = rng.randrange(4)
+        a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
+        if kind == 0:
+            q, ans = f"{name} has {a * 3} {item} and buys {b} more. How many {item} does {name} have now?", a * 3 + b
+        elif kind == 1:
+            q, ans = f"{name} has {a} boxes with {b} {item} in each box. How many {item} are there in total?", a * b
+        elif kind == 2:
+            q = f"{name} has {a} bags with {b} {item} each and gives away {c}. How many {item} are left?"
+            ans = a * b - c
+        else:
+            q = f"{name} shares {a * b} {item} equally among {a} friends. How many {item} does each friend get?"
+            ans = b
+        out.append((q, ans))
+    return out
+
+
+class SelfPlayRecipe(Recipe):
+    """Proposer/solver self-play on arithmetic word problems (see the module docstring)."""
+
+    name = "selfplay"
+
+    def __init__(self, *, proposals_per_step: int = 8, n_solvers: int = 5, proposer_tokens: int = 64,
+                 solver_tokens: int = 96, temperature: float = 1.0, proposer_steps: int = 1, solver_steps: int = 1,
+                 eval_proposals: int = 12, eval_problems: int = 16, shared: bool = False) -> None:
+        if proposals_per_step < 2:
+            raise ValueError("proposals_per_step must be at least 2 (HRPO standardises within hop groups)")
+        if proposer_steps < 0 or solver_steps < 0 or proposer_steps + solver_steps == 0:
+            raise ValueError("proposer_steps and solver_steps must be >= 0 and not both 0")
+        self.proposals_per_step = proposals_per_step
+        self.n_solvers = n_solvers
+        self.proposer_tokens = proposer_tokens
+        self.solver_tokens = solver_tokens
+        self.temperature = temperature
+        self.proposer_steps = proposer_steps
+        self.solver_steps = solver_steps
+        self.eval_proposals = eval_proposals
+        self.eval_problems = eval_problems
+        self.shared = shared
+        self.role_map = RoleMap({"proposer": self._pol("proposer"), "solver": self._pol("solver")})
+        self.graph = proposer_solver(
+            n_solvers, proposer_llm="proposer", solver_llm="solver", solver_seed=None,
+            proposer_params={"temperature": temperature, "max_new_tokens": proposer_tokens},
+            solver_params={"temperature": temperature, "max_new_tokens": solver_tokens},
+        )
+
+    def _pol(self, role: str) -> str:
+        return "policy" if self.shared else role
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        return ("policy",) if self.shared else ("proposer", "solver")
+
+    def config(self) -> dict[str, Any]:
+        keys = ("proposals_per_step", "n_solvers", "proposer_tokens", "solver_tokens", "temperature",
+                "proposer_steps", "solver_steps", "eval_proposals", "eval_problems", "shared")
+        return {k: getattr(self, k) for k in keys}
+
+    def trained_policies(self, step: int) -> tuple[str, ...]:
+        if self.shared:
+            return ("policy",)
+        period = self.proposer_steps + self.solver_steps
+        return ("proposer",) if step % period < self.proposer_steps else ("solver",)
+
+    # -- episodes ---------------------------------------------------------------------------------
+
+    def _episodes(self, n: int, seed: int, kind: str) -> list[Episode]:
+        rng = random.Random(seed)
+        eps = []
+        for i in range(n):
+            task = arithmetic_word_problem_task(rng)
+            eps.append(Episode({"kind": kind, "instruction": task}, episode_seed(seed, kind, i),
+                               f"hops={arithmetic_task_hops(task)}", i))
+        return eps
+
+    def train_episodes(self, step: int, seed: int) -> list[Episode]:
+        return self._episodes(self.proposals_per_step, seed, "selfplay")
+
+    def eval_episodes(self, seed: int) -> list[Episode]:
+        eps = self._episodes(self.eval_proposals, 10_007, "selfplay")  # fixed across seeds: one held-out set
+        for j, (q, ans) in enumerate(heldout_problems(self.eval_problems)):
+            eps.append(Episode({"kind": "problem", "question": q, "answer": ans}, episode_seed(10_007, "problem", j),
+                               f"problem={j}", len(eps)))
+        return eps
+
+    # -- rollouts ---------------------------------------------------------------------------------
+
+    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+        out: list[EpisodeResult | None] = [None] * len(episodes)
+        play = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "selfplay"]
+        probs = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "problem"]
+        if play:
+            for (i, e), res in zip(play, self._play(llms, [e for _, e in play])):
+                out[i] = res
+        if probs:
+            for (i, e), res in zip(probs, self._solve(llms, [e for _, e in probs])):
+                out[i] = res
+        return [r for r in out if r is not None]
+
+    def _play(self, llms: Mapping[str, Any], episodes: Sequence[Episode]) -> list[EpisodeResult]:
+        prop, solv = llms[self._pol("proposer")], llms[self._pol("solver")]
+        recorders = [prop] if prop is solv else [prop, solv]
+
+        def on_event(ev: Any) -> None:
+            for r in recorders:
+                r.on_event(ev)
+
+        rt = Runtime(self.graph, llms={"proposer": prop, "solver": solv}, on_event=on_event)
+        runs = rt.run_many([e.task["instruction"] for e in episodes], seeds=[e.seed for e in episodes])
+        tok = getattr(prop, "tokenizer", None)
+        results = []
+        for e, run in zip(episodes, runs):
+            o = ProposerSolverOutcome.from_result(run)
+            samples = samples_from_trace(run.trace, self.role_map, tok, trace_id=e.index) if tok is not None else []
+            usable = o.format > 0 and o.verified is not False
+            rewards: list[Any] = []
+            groups: list[Any] = []
+            kept = []
+            for s in samples:
+                if s.meta["role"] == "proposer":
+                    kept.append(s)
+                    rewards.append(o.reward)
+                    groups.append(e.group)  # HRPO: standardise within the hop group
+                elif usable:
+                    idx = int(s.meta["sender"].rsplit("_", 1)[1]) - 1
+                    kept.append(s)
+                    rewards.append(1.0 if o.correct[idx] else 0.0)
+                    groups.append(f"q{e.index}:{e.seed}")  # GRPO over the n answers to one question
+            metrics = {"reward": o.reward, "format": o.format, "difficulty": o.difficulty,
+                       "solver_agreement": o.k / o.n, "well_formed": float(o.format > 0)}
+            results.append(EpisodeResult(kept, rewards, groups, metrics, {
+                "instruction_hops": e.group, "question": o.question, "answer": o.answer, "k": o.k,
+                "reward": o.reward, "format": o.format, "verified": o.verified,
+                "proposer_text": run.outputs.get("proposer", [""])[-1]}))
+        return results
+
+    def _solve(self, llms: Mapping[str, Any], episodes: Sequence[Episode]) -> list[EpisodeResult]:
+        solver = llms[self._pol("solver")]
+        prompts = [[{"role": "user", "content": SOLVER_TEMPLATE.format(inputs="\n\n" + e.task["question"])}]
+                   for e in episodes]
+        params = [SamplingParams(temperature=0.0, max_new_tokens=self.solver_tokens) for _ in episodes]
+        outs = solver.generate(prompts, params)
+        results = []
+        for e, comps in zip(episodes, outs):
+            ans = extract_final_answer(comps[0].text)
+            ok = ans is not None and answers_match(ans, str(e.task["answer"]))
+            results.append(EpisodeResult(metrics={"heldout_solver_accuracy": float(ok)}, record={
+                "question": e.task["question"], "answer": e.task["answer"], "solver_answer": ans}))
+        return results
+
+

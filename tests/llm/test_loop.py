@@ -1,0 +1,170 @@
+"""marl.llm.loop: the recipe training loop on a tiny random Llama — run directory,
+held-out evaluation, skipped degenerate updates, resume after a kill, SFT warm
+start; plus Runtime per-task seeds (what split rollouts rely on)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from marl.llm.loop import (
+    FROZEN,
+    Episode,
+    EpisodeResult,
+    Recipe,
+    TrainConfig,
+    episode_seed,
+    mean_curves,
+    sample_from_completion,
+    train,
+)
+from marl.llm.rollouts import RoleMap, TokenSample, samples_from_trace
+from topology import Runtime
+from topology.graph import Graph
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tiny_llm, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_model")
+    tiny_llm.model.save_pretrained(d)
+    tiny_llm.tokenizer.save_pretrained(d)
+    return "hf:" + str(d)
+
+
+class CountA(Recipe):
+    """Reward = number of 'a' in a one-node answer; module-level so it pickles."""
+
+    name = "count_a"
+
+    def __init__(self, constant: bool = False, n_prompts: int = 2, group: int = 3) -> None:
+        self.constant = constant
+        self.n_prompts = n_prompts
+        self.group = group
+        self.graph = Graph.build("one", [{"id": "a", "role": "answerer", "prompt": "Answer.",
+                                          "params": {"temperature": 1.0, "max_new_tokens": 6, "min_new_tokens": 2}}], [])
+
+    @property
+    def policies(self):
+        return ("p",)
+
+    def _eps(self, seed, kind):
+        return [Episode(f"{kind} prompt {i}", episode_seed(seed, kind, i, g), f"{kind}{i}", i * self.group + g)
+                for i in range(self.n_prompts) for g in range(self.group)]
+
+    def train_episodes(self, step, seed):
+        return self._eps(seed, "train")
+
+    def eval_episodes(self, seed):
+        return self._eps(7, "eval")
+
+    def run_episodes(self, llms, episodes, *, train):
+        rec = llms["p"]
+        runs = Runtime(self.graph, llm=rec, on_event=rec.on_event).run_many([e.task for e in episodes],
+                                                                             seeds=[e.seed for e in episodes])
+        out = []
+        for e, r in zip(episodes, runs):
+            s = samples_from_trace(r.trace, RoleMap({"answerer": "p"}), rec.tokenizer, trace_id=e.index)
+            rew = 1.0 if self.constant else float(r.output.count("a"))
+            out.append(EpisodeResult(s, [rew] * len(s), [e.group] * len(s), {"reward": rew}, {"text": r.output}))
+        return out
+
+    def sft_samples(self, step, seed, tokenizer):
+        from agents.llm.base import encode_with_tokenizer
+
+        ids = tokenizer.encode("aaaa", add_special_tokens=False)
+        p = encode_with_tokenizer(tokenizer, ["train prompt 0"])[0]
+        return {"p": [TokenSample("p", p, ids, [1] * len(ids), None, "g")]}
+
+
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_train_writes_the_run_directory(tiny_dir, tmp_path):
+    cfg = TrainConfig(model=tiny_dir, steps=2, eval_every=1, grpo={"lr": 1e-3})
+    res = train(CountA(), cfg, tmp_path / "run")
+    out = tmp_path / "run"
+    for f in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "reward.png", "summary.md", "checkpoint/LATEST"):
+        assert (out / f).exists(), f
+    rows = _rows(out / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in rows] == [("eval", 0), ("train", 1), ("eval", 1), ("train", 2), ("eval", 2)]
+    tr = [r for r in rows if r["kind"] == "train"]
+    assert all(r["p/step"] == i + 1 for i, r in enumerate(tr))   # one optimizer step per GRPO step
+    assert res.first_eval["reward"] == rows[0]["reward"] and res.last_eval["step"] == 2
+    # The rollouts log holds one record per episode, train and eval.
+    recs = _rows(out / "rollouts.jsonl")
+    assert sum(r["kind"] == "train" for r in recs) == 2 * 6 and sum(r["kind"] == "eval" for r in recs) == 3 * 6
+    with pytest.raises(FileExistsError, match="not empty"):
+        train(CountA(), cfg, out)
+
+
+def test_equal_rewards_skip_the_update(tiny_dir, tmp_path):
+    res = train(CountA(constant=True), TrainConfig(model=tiny_dir, steps=1, eval_every=1), tmp_path / "r")
+    row = [h for h in res.history if h["kind"] == "train"][0]
+    assert "all advantages are zero" in row["p/skipped"]
+
+
+def test_resume_continues_and_matches_an_uninterrupted_run(tiny_dir, tmp_path):
+    cfg = dict(model=tiny_dir, eval_every=1, checkpoint_every=1, grpo={"lr": 1e-3})
+    full = train(CountA(), TrainConfig(steps=2, **cfg), tmp_path / "full")
+    part = tmp_path / "part"
+    train(CountA(), TrainConfig(steps=1, **cfg), part)
+    # A run killed after step 1 left lines of an unfinished step 2: resume drops and redoes them.
+    with open(part / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "train", "step": 2, "reward": -99.0}) + "\n")
+    resumed = train(CountA(), TrainConfig(steps=2, **cfg), part, resume=True)
+    rows = _rows(part / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in rows] == [(r["kind"], r["step"]) for r in full.history]
+    assert all(r.get("reward") != -99.0 for r in rows)
+    for a, b in zip(full.history, resumed.history):
+        assert a.get("reward") == pytest.approx(b.get("reward"), abs=1e-6), (a, b)
+
+
+def test_sft_warm_start_raises_the_demonstrated_tokens(tiny_dir, tmp_path):
+    res = train(CountA(), TrainConfig(model=tiny_dir, sft_steps=3, sft_lr=1e-2, steps=0), tmp_path / "sft")
+    sft = [h for h in res.history if h["kind"] == "sft"]
+    assert len(sft) == 3 and sft[-1]["p/sft_loss"] < sft[0]["p/sft_loss"]
+    evals = [h for h in res.history if h["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [0, 3]
+    assert evals[-1]["reward"] > evals[0]["reward"]   # the demonstrations were all 'a'
+
+
+def test_recipe_without_sft_data_and_bad_model_fail_clearly(tiny_dir, tmp_path):
+    class NoSFT(CountA):
+        def sft_samples(self, step, seed, tokenizer):
+            return {}
+
+    with pytest.raises(ValueError, match="no SFT data"):
+        train(NoSFT(), TrainConfig(model=tiny_dir, sft_steps=1, steps=0), tmp_path / "a")
+    with pytest.raises(ValueError, match="local Hugging Face model"):
+        train(CountA(), TrainConfig(model="function:builtins:str"), tmp_path / "b")
+
+
+def test_runtime_seeds_make_a_run_independent_of_its_batch(tiny_llm):
+    g = CountA().graph
+    rt = Runtime(g, llm=tiny_llm)
+    tasks = ["one", "two", "three"]
+    together = [r.output for r in rt.run_many(tasks, seeds=[11, 22, 33])]
+    alone = [rt.run_many([t], seeds=[s])[0].output for t, s in zip(tasks, [11, 22, 33])]
+    assert together == alone
+    moved = [r.output for r in rt.run_many(["three", "one"], seeds=[33, 11])]
+    assert moved == [together[2], together[0]]
+    with pytest.raises(ValueError, match="2 entries for 3 tasks"):
+        rt.run_many(tasks, seeds=[1, 2])
+
+
+def test_sample_from_completion_and_mean_curves(tiny_llm):
+    from agents.llm.base import SamplingParams
+
+    c = tiny_llm.generate(["hi"], SamplingParams(max_new_tokens=3, min_new_tokens=3, logprobs=True, seed=1))[0][0]
+    s = sample_from_completion("p", "hi", c, tiny_llm.tokenizer, "g", {"turn": 0})
+    assert s.completion_ids == list(c.token_ids) and s.old_logprobs == list(c.logprobs) and s.meta == {"turn": 0}
+    h1 = [{"kind": "eval", "step": 0, "reward": 0.0}, {"kind": "eval", "step": 2, "reward": 1.0}]
+    h2 = [{"kind": "eval", "step": 0, "reward": 1.0}, {"kind": "eval", "step": 2, "reward": 3.0}]
+    m = mean_curves([h1, h2])
+    assert [x["reward"] for x in m] == [0.5, 2.0] and m[1]["std"] == pytest.approx(2 ** 0.5)
+    assert FROZEN == "frozen"

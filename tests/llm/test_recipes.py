@@ -1,0 +1,215 @@
+"""The conductor and selfplay recipes: rewards by hand, synthetic SFT topologies,
+batched execution of several topologies, sample structure of multi-turn
+episodes, HRPO grouping, and the CLI's errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from agents.llm.function import FunctionLLM
+from agents.llm.transformers_llm import TransformersLLM
+from marl.llm.loop import FROZEN, Episode
+from marl.llm.recipes import RECIPES
+from marl.llm.recipes.conductor import (
+    EXECUTION_REWARDS,
+    ConductorRecipe,
+    density_reward,
+    synthetic_topology,
+)
+from marl.llm.recipes.selfplay import SelfPlayRecipe, heldout_problems
+from marl.llm.rollouts import TokenRecorder
+from topology.layered import DIFFICULTY_NODE_CAPS, parse_layered_yaml
+from topology.patterns.selfplay import (
+    _OPERATIONS,
+    OPERATION_HOPS,
+    arithmetic_task_hops,
+    arithmetic_word_problem_task,
+)
+
+torch.set_num_threads(1)
+
+
+# -- conductor -------------------------------------------------------------------------------------
+
+
+def test_density_reward_by_hand():
+    # medium: N = 7, E = 21; 3 agents in a chain: 2 edges, depth 3
+    assert density_reward(3, 2, 3, "medium") == pytest.approx(math.exp(-(3 / 7 + 2 / 21 + 3 / 7) / 3))
+    assert density_reward(0, 0, 0, "easy") == 1.0
+    assert density_reward(2, 1, 2, "hard") > density_reward(6, 9, 4, "hard")   # sparser scores higher
+    with pytest.raises(ValueError, match="unknown difficulty"):
+        density_reward(1, 0, 1, "trivial")
+
+
+def test_execution_rewards_grade_failures_below_outcomes():
+    r = EXECUTION_REWARDS
+    assert r["no_yaml"] < r["yaml_syntax"] < r["schema_invalid"] < r["logic_invalid"]
+    assert r["logic_invalid"] < min(r[k] for k in ("no_code", "compile_error", "runtime_error", "timeout",
+                                                   "wrong_answer"))
+    assert r["wrong_answer"] < r["passed"] and max(v for k, v in r.items() if k != "passed") < 0 < r["passed"]
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_synthetic_topologies_parse_and_respect_the_cap(difficulty):
+    rng = random.Random(0)
+    for _ in range(40):
+        topo = parse_layered_yaml(synthetic_topology(difficulty, rng), max_agents=DIFFICULTY_NODE_CAPS[difficulty])
+        assert topo.layers[-1][0].role == "testing" and len(topo.layers[-1]) == 1
+        assert 2 <= len(topo.agents) <= DIFFICULTY_NODE_CAPS[difficulty]
+
+
+def test_conductor_sft_samples_are_the_turn_one_prompt_and_a_topology(tiny_llm):
+    rec = ConductorRecipe(sft_batch=3)
+    out = rec.sft_samples(0, 5, tiny_llm.tokenizer)["orchestrator"]
+    assert len(out) == 3 and all(s.old_logprobs is None and all(s.completion_mask) for s in out)
+    text = tiny_llm.tokenizer.decode(out[0].completion_ids[:-1])
+    assert out[0].completion_ids[-1] == tiny_llm.tokenizer.eos_token_id
+    parse_layered_yaml(text)
+    assert "Design a team" in tiny_llm.tokenizer.decode(out[0].prompt_ids) or "orchestrator" in \
+        tiny_llm.tokenizer.decode(out[0].prompt_ids)
+
+
+def test_conductor_runs_several_topologies_in_one_batched_graph():
+    rec = ConductorRecipe(eval_problems=2)
+    tasks = rec.heldout_tasks[:2]
+    good = {t.task_id: t.prompt + t.canonical_solution for t in tasks}
+    calls = []
+
+    def worker(prompts):
+        calls.append(len(prompts))
+        outs = []
+        for p in prompts:
+            text = p[-1]["content"]
+            tid = next(k for k, t in zip(good, tasks) if t.entry_point in text)
+            outs.append("```python\n" + (good[tid] if "fix" not in text else "def nothing(): pass") + "\n```")
+        return outs
+
+    workers = FunctionLLM(batch_fn=worker, name="w")
+    topo = parse_layered_yaml("layers:\n  - - {name: coder_1, role: coding, ref: []}\n"
+                              "  - - {name: tester_1, role: testing, ref: [coder_1]}")
+    ran = rec._run_topologies(workers, [("e0t0", topo, tasks[0], 1), ("e1t0", topo, tasks[1], 2)])
+    assert calls == [2, 2]   # one batched call per layer for both topologies
+    assert ran["e0t0"][1].outcome == "passed" and ran["e1t0"][1].outcome == "passed"
+
+
+def test_conductor_episode_turns_samples_and_rewards(tiny_llm):
+    rec = ConductorRecipe(problems_per_step=1, group_size=2, max_turns=2, orchestrator_tokens=6, worker_tokens=4)
+    pol = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
+    eps = rec.train_episodes(0, 3)
+    assert [e.group for e in eps] == [eps[0].group] * 2 and eps[0].seed != eps[1].seed
+    res = rec.run_episodes({"orchestrator": pol, FROZEN: tiny_llm}, eps, train=True)
+    for r in res:
+        # A random model writes no YAML: each turn is a sample rewarded -1, and turn 2 sees the feedback.
+        assert len(r.samples) == 2 and r.rewards == [EXECUTION_REWARDS["no_yaml"]] * 2
+        assert r.metrics["valid_yaml"] == 0.0 and r.metrics["turns"] == 2.0
+        assert all(s.policy == "orchestrator" and s.old_logprobs is not None for s in r.samples)
+        assert len(r.samples[1].prompt_ids) > len(r.samples[0].prompt_ids)
+        assert "could not be used (no_yaml)" in tiny_llm.tokenizer.decode(r.samples[1].prompt_ids)
+    again = rec.run_episodes({"orchestrator": pol, FROZEN: tiny_llm}, eps, train=True)
+    assert [s.completion_ids for r in again for s in r.samples] == [s.completion_ids for r in res for s in r.samples]
+
+
+def test_conductor_train_and_heldout_problems_are_disjoint():
+    rec = ConductorRecipe()
+    assert not {t.task_id for t in rec.train_tasks} & {t.task_id for t in rec.heldout_tasks}
+    assert {e.task for e in rec.eval_episodes(0)} <= {t.task_id for t in rec.heldout_tasks}
+    with pytest.raises(ValueError, match="group_size"):
+        ConductorRecipe(group_size=1)
+
+
+# -- selfplay --------------------------------------------------------------------------------------
+
+
+def test_every_operation_has_a_hop_count():
+    assert set(OPERATION_HOPS) == set(_OPERATIONS)
+    rng = random.Random(1)
+    for _ in range(30):
+        task = arithmetic_word_problem_task(rng)
+        ops = next(o for o in _OPERATIONS if o in task)
+        assert arithmetic_task_hops(task) == OPERATION_HOPS[ops]
+    with pytest.raises(ValueError, match="no known operation"):
+        arithmetic_task_hops("write a poem")
+
+
+def test_heldout_problems_answers_are_computed():
+    for q, a in heldout_problems(40, seed=3):
+        nums = [int(x) for x in q.replace("?", " ").replace(".", " ").split() if x.isdigit()]
+        if "buys" in q:
+            assert a == nums[0] + nums[1]
+        elif "in each box" in q:
+            assert a == nums[0] * nums[1]
+        elif "gives away" in q:
+            assert a == nums[0] * nums[1] - nums[2]
+        else:
+            assert a * nums[1] == nums[0]
+
+
+def _scripted_proposer(prompts):
+    return ["Question: Tom has 3 bags with 4 apples each. How many apples does he have?\nAnswer: 12"] * len(prompts)
+
+
+def test_selfplay_rewards_groups_and_alternation(tiny_llm):
+    rec = SelfPlayRecipe(proposals_per_step=2, n_solvers=5, proposer_tokens=4, solver_tokens=4)
+    assert [rec.trained_policies(s) for s in range(4)] == [("proposer",), ("solver",)] * 2
+    eps = rec.train_episodes(0, 9)
+    assert all(e.group.startswith("hops=") for e in eps)
+    solver = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
+    proposer = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
+    res = rec.run_episodes({"proposer": proposer, "solver": solver}, eps, train=True)
+    for e, r in zip(eps, res):
+        props = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "proposer"]
+        assert len(props) == 1 and props[0][2] == e.group   # HRPO: grouped by hop count
+        assert props[0][1] == r.metrics["reward"]
+        sols = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "solver"]
+        if r.metrics["format"] > 0:
+            assert len(sols) == 5 and len({g for *_, g in sols}) == 1 and all(rw in (0.0, 1.0) for _, rw, _ in sols)
+        else:
+            assert sols == []   # malformed pairs give the solver no data
+
+
+def test_selfplay_eval_has_solver_accuracy_on_computed_problems(tiny_llm):
+    rec = SelfPlayRecipe(proposals_per_step=2, eval_proposals=2, eval_problems=3, proposer_tokens=4, solver_tokens=4)
+    eps = rec.eval_episodes(0)
+    assert sum(e.task["kind"] == "problem" for e in eps) == 3
+    assert eps == rec.eval_episodes(5)   # one fixed held-out set
+    rec_llm = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
+    res = rec.run_episodes({"proposer": rec_llm, "solver": rec_llm}, eps, train=False)
+    assert len(res) == 5
+    assert all("heldout_solver_accuracy" in r.metrics for r in res[2:]) and all("reward" in r.metrics for r in res[:2])
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+
+
+def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
+    from marl.__main__ import app
+
+    assert {"conductor", "selfplay"} <= set(RECIPES)
+    runner = CliRunner()
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--recipe", "[1]"])
+    assert r.exit_code == 2 and "--recipe must be a JSON object" in r.output
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--recipe",
+                            json.dumps({"proposals_per_step": 1})])
+    assert r.exit_code == 2 and "proposals_per_step" in r.output
+    r = runner.invoke(app, ["train", "conductor", "--out", str(tmp_path / "x"), "--recipe", '{"nope": 1}'])
+    assert r.exit_code == 2 and "nope" in r.output
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--advantage", "ppo", "--steps", "0"])
+    assert r.exit_code == 2 and "advantage" in r.output
+
+
+def test_episode_is_picklable_for_ray():
+    import pickle
+
+    rec = ConductorRecipe()
+    _ = rec.sandbox
+    clone = pickle.loads(pickle.dumps(rec))
+    assert clone._sandbox is None and clone.config() == rec.config()
+    e = Episode({"kind": "problem"}, 1, "g")
+    assert pickle.loads(pickle.dumps(e)) == e
