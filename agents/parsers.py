@@ -116,8 +116,37 @@ def normalize_answer(ans: str | None) -> str:
     return " ".join(s.split())
 
 
+_NUM = r"[-+]?\$?\s*(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?"
+_UNIT_WORDS = r"(?:\s+[A-Za-z][A-Za-z'-]*){0,3}"
+_NUMBER_WITH_UNITS = re.compile(rf"^\s*({_NUM})\s*%?{_UNIT_WORDS}\s*$")
+_EQUATION_RESULT = re.compile(rf"=\s*({_NUM})\s*%?{_UNIT_WORDS}\s*$")
+
+
+def numeric_answer(ans: str | None) -> float | None:
+    """The number an answer states, or None when it is not a numeric answer.
+
+    A number (``1,000.50``, ``$5``, ``40%``), a number followed by up to three
+    unit words (``18 shells``, ``12 apples left``), or an equation's result
+    (``15 + 1 = 16``). Anything else (``between 3 and 4``, ``Paris``) is None.
+    """
+    if not ans:
+        return None
+    m = _NUMBER_WITH_UNITS.match(ans) or _EQUATION_RESULT.search(ans)
+    if not m or not re.search(r"\d", m.group(1)):
+        return None
+    try:
+        return float(m.group(1).replace(",", "").replace("$", "").replace(" ", ""))
+    except ValueError:
+        return None
+
+
 def answers_match(a: str | None, b: str | None) -> bool:
-    """Exact match after :func:`normalize_answer` (both non-empty)."""
+    """Whether two answers agree: equal numbers when both are numeric answers
+    (:func:`numeric_answer`: ``18 shells`` matches ``18``, ``15 + 1 = 16``
+    matches ``16``), else exact match after :func:`normalize_answer` (both non-empty)."""
+    xa, xb = numeric_answer(a), numeric_answer(b)
+    if xa is not None and xb is not None:
+        return abs(xa - xb) <= 1e-9 * max(1.0, abs(xa), abs(xb))
     na, nb = normalize_answer(a), normalize_answer(b)
     return bool(na) and na == nb
 

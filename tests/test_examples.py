@@ -40,3 +40,37 @@ def test_example_runs(script, tmp_path):
         assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for f in out.rglob("*.json"):
         json.loads(f.read_text())
+
+
+# Each LLM training recipe runs end to end on the embedded model (tiny sizes; the
+# configs in examples/recipes/ are the measured short runs).
+RECIPE_RUNS = {
+    "selfplay": {"proposals_per_step": 2, "n_solvers": 2, "proposer_tokens": 24, "solver_tokens": 16,
+                 "eval_proposals": 1, "eval_problems": 1},
+    "conductor": {"problems_per_step": 1, "group_size": 2, "max_turns": 2, "orchestrator_tokens": 48,
+                  "worker_tokens": 16, "eval_problems": 1, "sft_batch": 2},
+    "remul": {"questions_per_step": 1, "group_size": 2, "speaker_tokens": 32, "listener_tokens": 12,
+              "n_listeners": 1, "eval_questions": 1, "ea_fractions": [0.5, 1.0], "sft_batch": 2},
+    "society": {"n_personas": 2, "questions_per_step": 1, "group_size": 2, "persona_tokens": 16,
+                "aggregator_tokens": 12, "eval_questions": 1},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
+def test_train_recipe_example(recipe, tmp_path):
+    out = tmp_path / recipe
+    sft = "1" if recipe in ("conductor", "remul") else "0"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train_recipe.py"), recipe, "--steps", "1", "--sft-steps", sft,
+         "--eval-every", "1", "--recipe", json.dumps(RECIPE_RUNS[recipe]), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "held-out reward" in r.stdout
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    kinds = [x["kind"] for x in rows]
+    assert kinds.count("train") == 1 and kinds.count("sft") == int(sft) and kinds[0] == "eval"
+    assert all("reward" in x for x in rows if x["kind"] == "eval")
+    assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "checkpoint" / "LATEST").exists() and (out / "summary.md").exists()

@@ -344,7 +344,7 @@ def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]]
              f"advantage {cfg.grpo.advantage}, loss {cfg.grpo.loss_type}, lr {cfg.grpo.lr}, KL beta {cfg.grpo.kl_beta}",
              f"- wall time: {wall:.0f} s", ""]
     if evals:
-        keys = [k for k in evals[0] if k not in ("kind", "step", "time_s")]
+        keys = list(dict.fromkeys(k for e in evals for k in e if k not in ("kind", "step", "time_s")))
         lines += ["| step | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
         for e in evals:
             lines.append(f"| {e['step']} | " + " | ".join(f"{e.get(k, float('nan')):.3f}" for k in keys) + " |")
@@ -468,8 +468,8 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
                         row[f"{pol}/skipped"] = "no samples"
                         continue
                     rt = torch.as_tensor(rewards, dtype=torch.float32)
-                    gid = backend.trainers[pol].advantages(rt, _group_tensor(groups))
-                    if float(gid.abs().max()) == 0.0:
+                    adv = backend.trainers[pol].advantages(rt, _group_tensor(groups))
+                    if float(adv.abs().max()) == 0.0:
                         row[f"{pol}/skipped"] = "all advantages are zero (equal rewards within every group)"
                         continue
                     m = backend.trainers[pol].step(samples, rt, groups)

@@ -16,6 +16,7 @@ from agents import (
     extract_yaml_block,
     known_roles,
     normalize_answer,
+    numeric_answer,
     role_prompt,
 )
 from agents.llm.base import broadcast_params, normalize_prompt, truncate_at_stop
@@ -110,3 +111,12 @@ def test_yaml_and_final_answer_parsers():
     assert normalize_answer("1,000.50") == "1000.5" and normalize_answer("$5") == "5"
     assert normalize_answer("The Eiffel Tower!") == "eiffel tower"
     assert answers_match("5.0", "5") and not answers_match("", "") and not answers_match("5", "6")
+
+
+def test_numeric_answers_match_with_units_and_equations():
+    assert answers_match("18 shells", "18") and answers_match("15 + 1 = 16", "16")
+    assert answers_match("$1,200", "1200 dollars") and answers_match("12 apples left", "12.0")
+    assert not answers_match("18 shells", "19") and not answers_match("3 bags of 4", "12")
+    assert not answers_match("between 3 and 4", "4") and not answers_match("15 + 1", "16")
+    assert numeric_answer("Paris") is None and numeric_answer("40%") == 40.0 and numeric_answer("-2.5 m") == -2.5
+    assert answers_match("Paris", "paris!")   # non-numeric answers keep exact match

@@ -17,11 +17,15 @@ Run one with ``python -m marl train RECIPE`` (see :mod:`marl.llm.cli`) or
 from __future__ import annotations
 
 from marl.llm.recipes.conductor import ConductorRecipe
+from marl.llm.recipes.remul import RemulRecipe
 from marl.llm.recipes.selfplay import SelfPlayRecipe
+from marl.llm.recipes.society import SocietyRecipe
 
 RECIPES = {
     "conductor": ConductorRecipe,
+    "remul": RemulRecipe,
     "selfplay": SelfPlayRecipe,
+    "society": SocietyRecipe,
 }
 
-__all__ = ["RECIPES", "ConductorRecipe", "SelfPlayRecipe"]
+__all__ = ["RECIPES", "ConductorRecipe", "RemulRecipe", "SelfPlayRecipe", "SocietyRecipe"]

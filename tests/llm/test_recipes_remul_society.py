@@ -1,0 +1,218 @@
+"""The remul and society recipes: episodes and question splits, rewards recounted by hand with
+scripted models, masked SFT on answer tokens, evaluation metrics, and one tiny training run each."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import pickle
+
+import pytest
+import torch
+
+from agents.llm.function import FunctionLLM
+from agents.llm.transformers_llm import TransformersLLM
+from agents.parsers import answers_match, extract_final_answer
+from marl.llm.loop import FROZEN, Episode, TrainConfig, train
+from marl.llm.recipes.remul import (
+    RemulRecipe,
+    heldout_questions,
+    train_questions,
+    worked_solution,
+)
+from marl.llm.recipes.selfplay import heldout_problems
+from marl.llm.recipes.society import SocietyRecipe, majority_answer
+from marl.llm.rollouts import TokenRecorder
+
+torch.set_num_threads(1)
+
+
+def _policy(tiny_llm):
+    return TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def tiny_uri(tiny_llm, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_model")
+    tiny_llm.model.save_pretrained(d)
+    tiny_llm.tokenizer.save_pretrained(d)
+    return "hf:" + str(d)
+
+
+# -- questions ---------------------------------------------------------------------------------------
+
+
+def test_worked_solutions_reach_the_computed_answers():
+    for q, a in heldout_problems(60, seed=3):
+        text = worked_solution(q, a)
+        assert text.endswith(f"\nFinal answer: {a}") and extract_final_answer(text) == str(a)
+        assert "Work through" not in text  # every kind of question was recognised
+
+
+@pytest.mark.parametrize("cls", [RemulRecipe, SocietyRecipe])
+def test_episodes_are_deterministic_and_train_eval_questions_disjoint(cls):
+    r = cls(questions_per_step=3, group_size=2, eval_questions=6)
+    a, b = r.train_episodes(0, 11), r.train_episodes(0, 11)
+    assert [(e.task, e.seed, e.group) for e in a] == [(e.task, e.seed, e.group) for e in b]
+    assert len(a) == 6 and len({e.seed for e in a}) == 6
+    assert [e.group for e in a] == [a[0].group] * 2 + [a[2].group] * 2 + [a[4].group] * 2
+    ev = [e for e in r.eval_episodes(0) if "question" in e.task]
+    assert [e.task for e in ev] == [e.task for e in r.eval_episodes(5) if "question" in e.task]  # fixed set
+    held = {e.task["question"] for e in ev}
+    assert len(held) == 6
+    train_qs = {e.task["question"] for s in range(40) for e in r.train_episodes(s, 1000 + s)}
+    assert train_qs and not (train_qs & held)
+    assert held == {q for q, _ in heldout_questions(6)}
+    assert not {q for q, _ in train_questions(50, 1, frozenset(held))} & held
+    pickle.loads(pickle.dumps(r))  # may be shipped to Ray actors
+
+
+def test_constructor_arguments_are_validated():
+    for kw in ({"group_size": 1}, {"cuts": ()}, {"cuts": (0.5, 0.5)}, {"cuts": (1.0,)}, {"speaker_tokens": 0},
+               {"ea_fractions": (1.0,)}, {"temperature": -1}, {"correctness": 1}, {"min_lines": -1}):
+        with pytest.raises(ValueError):
+            RemulRecipe(**kw)
+    for kw in ({"n_personas": 1}, {"n_personas": 99}, {"rounds": 0}, {"group_size": 1}, {"persona_tokens": 0}):
+        with pytest.raises(ValueError):
+            SocietyRecipe(**kw)
+    assert RemulRecipe(correctness=True).config()["correctness"] is True
+    assert SocietyRecipe().config()["personas"] == ["statistician", "physicist", "accountant"]
+
+
+# -- remul ------------------------------------------------------------------------------------------
+
+
+def _speaker(msgs):
+    return "Step one.\nStep two.\nStep three.\nStep four.\nFinal answer: 7"
+
+
+def _listener(msgs):
+    # The cut at 25% holds 1 line of 4, at 50% 2 and at 75% 3: answer 7 from two lines or more.
+    text = msgs[-1]["content"]
+    return "Final answer: " + ("7" if "Step two." in text else "5")
+
+
+@pytest.mark.parametrize("correctness,answer,expected", [(False, 7, 6.0), (True, 7, 9.0), (True, 8, 6.0)])
+def test_remul_reward_is_the_hand_count_of_matching_listeners(correctness, answer, expected):
+    r = RemulRecipe(correctness=correctness, group_size=2)
+    eps = [Episode({"kind": "question", "question": "Ann has 3 and buys 4 more. How many?", "answer": answer},
+                   seed, "g", i) for i, seed in enumerate((1, 2))]
+    res = r.run_episodes({"speaker": FunctionLLM(_speaker), FROZEN: FunctionLLM(_listener)}, eps, train=False)
+    assert len(res) == 2
+    for x in res:
+        # cut 25%: listeners say 5 (0 matches); cuts 50% and 75%: 7 (3 + 3); + 3 if correct
+        assert x.metrics["reward"] == expected == x.record["reward"]
+        assert x.record["listener_answers"] == {"0.25": ["5"] * 3, "0.5": ["7"] * 3, "0.75": ["7"] * 3}
+        assert x.metrics["accuracy"] == float(answer == 7) and x.metrics["agreement@0.25"] == 0.0
+        assert x.samples == []  # FunctionLLM has no tokens (and evaluation trains nothing)
+
+
+def test_remul_episodes_with_a_tiny_model(tiny_llm):
+    r = RemulRecipe(questions_per_step=2, group_size=2, speaker_tokens=12, listener_tokens=6, eval_questions=2)
+    llms = {"speaker": _policy(tiny_llm), FROZEN: tiny_llm}
+    eps = r.train_episodes(0, 3)
+    res = r.run_episodes(llms, eps, train=True)
+    assert len(res) == len(eps) == 4
+    for e, x in zip(eps, res):
+        assert len(x.samples) == 1 and x.samples[0].policy == "speaker" and x.samples[0].meta["role"] == "speaker"
+        assert x.samples[0].old_logprobs is not None and x.groups == [e.group]
+        assert 0.0 <= x.rewards[0] <= 9.0 and x.rewards[0] == x.metrics["reward"]
+        # recount from the record
+        spk = x.record["speaker_answer"]
+        count = sum(1 for a in itertools.chain(*x.record["listener_answers"].values()) if spk and answers_match(a, spk))
+        assert x.rewards[0] == count
+    again = r.run_episodes({"speaker": _policy(tiny_llm), FROZEN: tiny_llm}, eps[1:2], train=True)
+    assert again[0].record["speaker_text"] == res[1].record["speaker_text"]  # a seed fixes the episode
+    ev = r.run_episodes(llms, r.eval_episodes(0), train=False)
+    assert len(ev) == 3 and all(not x.samples for x in ev)
+    assert all("reward" in x.metrics and "accuracy" in x.metrics for x in ev[:2])
+    assert 0.0 <= ev[2].metrics["early_answering_aoc"] <= 1.0
+
+
+def test_remul_sft_masks_only_the_final_answer_line(tiny_llm):
+    tok = tiny_llm.tokenizer
+    r = RemulRecipe(sft_batch=3)
+    out = r.sft_samples(0, 7, tok)["speaker"]
+    assert len(out) == 3
+    for s in out:
+        kept = [t for t, m in zip(s.completion_ids, s.completion_mask) if m]
+        assert tok.decode(kept).strip() == s.meta["answer_line"]
+        assert s.meta["answer_line"].startswith("Final answer: ") and s.old_logprobs is None
+        assert 0 < sum(s.completion_mask) < len(s.completion_ids)
+        assert "Final answer" not in tok.decode([t for t, m in zip(s.completion_ids, s.completion_mask) if not m])
+        assert s.meta["question"] not in r._eval_set
+    # the SFT prompt is exactly the speaker's prompt in a run
+    from agents.llm.base import encode_with_tokenizer
+
+    q = out[0].meta["question"]
+    run_prompt = r.graph().node("speaker")
+    assert out[0].prompt_ids == encode_with_tokenizer(tok, [r.speaker_prompt(q)])[0]
+    assert run_prompt.template and q in r.speaker_prompt(q)[-1]["content"]
+
+
+# -- society ----------------------------------------------------------------------------------------
+
+
+def test_majority_answer():
+    assert majority_answer(["7", "7", "5"]) == "7"
+    assert majority_answer(["7", "5", None]) is None and majority_answer([None]) is None
+
+
+def test_society_reward_is_the_aggregated_answers_accuracy():
+    r = SocietyRecipe(n_personas=3, rounds=2)
+
+    def fn(msgs):
+        if "That was the discussion" in msgs[-1]["content"]:
+            return "They agree.\nFinal answer: 12"
+        return "Final answer: 12" if "accountant" in msgs[0]["content"] else "Final answer: 11"
+
+    eps = [Episode({"question": "Q one?", "answer": 12}, 1, "a", 0), Episode({"question": "Q two?", "answer": 11}, 2,
+                                                                              "b", 1)]
+    res = r.run_episodes({"society": FunctionLLM(fn)}, eps, train=False)
+    assert [x.metrics["reward"] for x in res] == [1.0, 0.0]  # the aggregator, not the majority, decides
+    assert [x.metrics["majority_accuracy"] for x in res] == [0.0, 1.0]
+    assert res[0].metrics["accuracy/accountant"] == 1.0 and res[0].metrics["persona_accuracy"] == pytest.approx(1 / 3)
+
+
+def test_society_episodes_with_a_tiny_model(tiny_llm):
+    r = SocietyRecipe(n_personas=2, rounds=2, questions_per_step=1, group_size=2, persona_tokens=6,
+                      aggregator_tokens=6, eval_questions=2)
+    eps = r.train_episodes(0, 4)
+    res = r.run_episodes({"society": _policy(tiny_llm), FROZEN: tiny_llm}, eps, train=True)
+    assert len(res) == 2
+    for e, x in zip(eps, res):
+        assert len(x.samples) == 2 * 2 + 1  # two personas x two rounds, and the aggregator
+        assert {s.meta["role"] for s in x.samples} == {"persona", "aggregator"}
+        assert all(s.policy == "society" for s in x.samples) and set(x.groups) == {e.group}
+        assert set(x.rewards) <= {0.0, 1.0} and x.rewards == [x.metrics["reward"]] * 5
+    r2 = SocietyRecipe(n_personas=2, rounds=1, train_aggregator=False, questions_per_step=1, group_size=2,
+                       persona_tokens=6, aggregator_tokens=6)
+    res2 = r2.run_episodes({"society": _policy(tiny_llm), FROZEN: tiny_llm}, r2.train_episodes(0, 4), train=True)
+    assert all({s.meta["role"] for s in x.samples} == {"persona"} for x in res2)
+
+
+# -- training end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["remul", "society"])
+def test_train_one_step(which, tiny_uri, tmp_path):
+    if which == "remul":
+        rec = RemulRecipe(questions_per_step=1, group_size=2, speaker_tokens=8, listener_tokens=4, eval_questions=2,
+                          sft_batch=2)
+        cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
+    else:
+        rec = SocietyRecipe(n_personas=2, questions_per_step=1, group_size=2, persona_tokens=6, aggregator_tokens=6,
+                            eval_questions=2)
+        cfg = TrainConfig(model=tiny_uri, steps=1, eval_every=1, threads=1)
+    out = tmp_path / which
+    res = train(rec, cfg, out=out)
+    for f in ("metrics.jsonl", "summary.md", "reward.png", "config.yaml", "rollouts.jsonl"):
+        assert (out / f).exists(), f
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert evals and all("reward" in r for r in evals)
+    if which == "remul":
+        assert all("early_answering_aoc" in r for r in evals)
+        assert any(r["kind"] == "sft" and "speaker/sft_loss" in r for r in rows)
+    assert res.last_eval["reward"] >= 0.0
