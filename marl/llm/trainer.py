@@ -70,7 +70,10 @@ class GRPOConfig(BaseModel):
     max_completion_length: int | None = Field(None, ge=1, description="dr_grpo constant; None = batch width")
     advantage: Literal["grpo", "gdpo", "dr_grpo"] = "grpo"
     reward_weights: list[float] | None = None
-    grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step (at least)")
+    micro_batch_tokens: int | None = Field(
+        2048, ge=1, description="split further so that a micro-batch holds at most this many padded tokens "
+        "(bounds activation memory; None: grad_accum_steps alone decides)")
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="None: no clipping (norm still reported)")
     epochs: int = Field(1, ge=1, description="optimizer steps per batch (mu)")
     seed: int = 0
@@ -229,7 +232,7 @@ class PolicyTrainer:
         mask = batch["completion_mask"]
         total_tokens = float(mask.sum())
         L = cfg.max_completion_length or C
-        micro = [ix.to(dev) for ix in torch.tensor_split(torch.arange(B), min(cfg.grad_accum_steps, B)) if len(ix)]
+        micro = self._micro_batches(B, batch["input_ids"].shape[1])
         was_training = self.model.training
 
         if not has_old:  # on-policy: recompute the behaviour log-probs before any update
@@ -312,8 +315,7 @@ class PolicyTrainer:
         if total == 0:
             raise ValueError("the samples' completion masks keep no token")
         B = mask.shape[0]
-        micro = [ix.to(self.device) for ix in torch.tensor_split(torch.arange(B), min(self.config.grad_accum_steps, B))
-                 if len(ix)]
+        micro = self._micro_batches(B, batch["input_ids"].shape[1])
         was_training = self.model.training
         loss_sum = 0.0
         try:
@@ -334,6 +336,15 @@ class PolicyTrainer:
         finally:
             self.model.train(was_training)
         return {"sft_loss": loss_sum, "grad_norm": float(gn), "tokens": total, "step": float(self.step_count)}
+
+    def _micro_batches(self, rows: int, width: int) -> list[torch.Tensor]:
+        """Row indices of each micro-batch: ``grad_accum_steps`` of them, or more when
+        ``micro_batch_tokens`` caps the padded tokens per micro-batch."""
+        n = self.config.grad_accum_steps
+        if self.config.micro_batch_tokens is not None:
+            per = max(1, self.config.micro_batch_tokens // max(1, width))
+            n = max(n, -(-rows // per))
+        return [ix.to(self.device) for ix in torch.tensor_split(torch.arange(rows), min(n, rows)) if len(ix)]
 
     @staticmethod
     def _slice(batch: dict[str, torch.Tensor], ix: torch.Tensor) -> dict[str, torch.Tensor]:

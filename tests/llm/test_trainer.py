@@ -82,18 +82,22 @@ def test_gradient_accumulation_equals_full_batch(llm, loss_type):
     samples[0] = TokenSample(samples[0].policy, samples[0].prompt_ids, samples[0].completion_ids[:2],
                              samples[0].completion_mask[:2], samples[0].old_logprobs[:2], samples[0].group_key)
     rewards = torch.tensor([[1.0, 0.0], [0.0, 0.5], [0.3, 1.0], [0.0, 0.0]])
+    width = max(len(s.prompt_ids) for s in samples) + max(len(s.completion_ids) for s in samples)
     out = []
-    for k in (1, 2):
+    # one batch; two micro-batches; one row per micro-batch through the token cap
+    for k, cap in ((1, None), (2, None), (1, width)):
         model = copy.deepcopy(llm.model)
-        cfg = GRPOConfig(lr=1e-3, grad_accum_steps=k, loss_type=loss_type, advantage="gdpo",
-                         kl_beta=0.05, max_grad_norm=0.5)
+        cfg = GRPOConfig(lr=1e-3, grad_accum_steps=k, micro_batch_tokens=cap, loss_type=loss_type,
+                         advantage="gdpo", kl_beta=0.05, max_grad_norm=0.5)
         tr = PolicyTrainer(model, llm.tokenizer, cfg)
+        assert len(tr._micro_batches(4, width)) == (4 if cap else k)
         m = tr.step(samples, rewards)
         out.append((_params(model), m))
-    (p1, m1), (p2, m2) = out
-    assert (p1 - p2).abs().max() < 1e-6
-    for key in ("loss", "grad_norm", "kl", "ratio"):
-        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-6)
+    (p1, m1) = out[0]
+    for p2, m2 in out[1:]:
+        assert (p1 - p2).abs().max() < 1e-6
+        for key in ("loss", "grad_norm", "kl", "ratio"):
+            assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-6)
 
 
 def test_kl_is_zero_on_first_step_with_identical_reference(llm):
