@@ -139,6 +139,40 @@ def test_checkpoint_resume_equals_uninterrupted(llm, tmp_path):
         b.load_checkpoint(tmp_path / "nothing")
 
 
+def test_lora_trains_only_the_adapter_and_syncs_merged_weights(llm, tmp_path):
+    pytest.importorskip("peft")
+    rm = RoleMap({"answerer": "p"})
+    samples = _rollout(llm, _one_node(), ["say hi", "say hi"], rm, seed=1)
+    base = copy.deepcopy(llm.model)
+    frozen_before = {k: v.clone() for k, v in base.state_dict().items()}
+    tr = PolicyTrainer(base, llm.tokenizer, GRPOConfig(lr=1e-2, lora={"r": 4, "lora_alpha": 8,
+                                                                     "target_modules": ["q_proj", "v_proj"]}))
+    trainable = [n for n, p in tr.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    pad = llm.tokenizer.pad_token_id
+    before = _logps(tr.model, samples, pad)
+    tr.step(samples, torch.tensor([1.0, 0.0]), groups=[0, 0])
+    tr.step(samples, torch.tensor([1.0, 0.0]), groups=[0, 0])   # B starts at 0: the second step moves the output
+    after = _logps(tr.model, samples, pad)
+    assert after[0] > before[0] and after[1] < before[1]
+    # The base weights stayed as they were; only adapters moved.
+    for k, v in tr.model.get_base_model().state_dict().items():
+        key = k.replace("base_layer.", "")
+        if key in frozen_before and "lora_" not in k:
+            assert torch.equal(v, frozen_before[key]), k
+    # sync_to a separate backend merges the adapter: it then computes the adapted log-probs.
+    serve = TransformersLLM(copy.deepcopy(llm.model), llm.tokenizer, device="cpu")
+    assert tr.sync_to(serve) is True
+    assert torch.allclose(_logps(serve.model, samples, pad), after, atol=1e-4)
+    # The checkpoint holds the adapter only and restores it.
+    tr.save_checkpoint(tmp_path / "ck")
+    state = torch.load(next((tmp_path / "ck").glob("ckpt-*")) / "trainer.pt", weights_only=False)
+    assert state["weights"] and all("lora_" in k for k in state["weights"])
+    tr2 = PolicyTrainer(copy.deepcopy(llm.model), llm.tokenizer, tr.config)
+    tr2.load_checkpoint(tmp_path / "ck")
+    assert torch.allclose(_logps(tr2.model, samples, pad), after, atol=1e-5)
+
+
 def test_lora_without_peft_is_a_clear_error(llm, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # import peft -> ImportError
     with pytest.raises(ImportError, match="needs the 'peft' package"):
