@@ -167,7 +167,9 @@ class TrainConfig(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default)")
     device: str = "auto"
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    serve: str | None = Field(None, description="'vllm:' to generate rollouts with vLLM on the base model's directory")
+    serve: str | None = Field(None, description="'vllm:MODEL' to generate the policies' rollouts with vLLM "
+                              "(the same weights as 'model'; updated weights are pushed after every step)")
+    serve_kwargs: dict[str, Any] = Field(default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)")
     rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
 
 
@@ -255,7 +257,8 @@ class _Backend:
             if not cfg.serve.startswith("vllm:"):
                 raise ValueError(f"serve must be 'vllm:MODEL_DIR', got {cfg.serve!r}")
             for name in recipe.policies:
-                self.vllm[name] = _load(cfg.serve)
+                self.vllm[name] = _load(cfg.serve, **cfg.serve_kwargs)
+                self.sync(name)  # the engine serves exactly the policy's weights from the start
 
     def llms(self) -> dict[str, Any]:
         out: dict[str, Any] = {FROZEN: self.frozen}

@@ -358,6 +358,45 @@ def test_policy_trainer_syncs_its_update_into_vllm(vllm_llm, embedded_dir):
 
 
 @pytest.mark.slow
+def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embedded_dir):
+    """marl.llm.loop's backend with a vLLM engine as the policy's server: rollouts carry vLLM's
+    token ids and log-probs, and after an update the engine computes the updated policy."""
+    _need_vllm()
+    from safetensors.torch import load_file
+
+    from marl.llm.loop import TrainConfig, _Backend
+    from marl.llm.rollouts import TokenSample
+    from marl.llm.recipes.selfplay import SelfPlayRecipe
+
+    recipe = SelfPlayRecipe(shared=True)
+    backend = _Backend(TrainConfig(model="embedded", grpo={"lr": 1e-3}), recipe)
+    backend.vllm["policy"] = vllm_llm
+    backend.sync("policy")
+    try:
+        rec = backend.llms()["policy"]
+        assert rec.llm is vllm_llm
+        row = rec.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=5))[0]
+        from agents.llm.base import encode_with_tokenizer
+
+        ids = encode_with_tokenizer(backend.tokenizer, PROMPTS[:1])[0]
+        samples = [TokenSample("policy", list(ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
+                   for c in row]
+        assert all(c.logprobs is not None for c in row)
+        trainer = backend.trainers["policy"]
+        trainer.step(samples, [1.0, 0.0], groups=[0, 0])
+        backend.sync("policy")
+        from agents.llm.transformers_llm import TransformersLLM
+
+        served = TransformersLLM(trainer.model, backend.tokenizer, device="cpu")
+        after = vllm_llm.generate(PROMPTS, GREEDY)
+        for prompt, out in zip(PROMPTS, after):
+            c = out[0]
+            assert c.logprobs == pytest.approx(_teacher_forced_logprobs(served, prompt, c.token_ids), abs=1e-2)
+    finally:
+        vllm_llm.load_weights(load_file(str(embedded_dir / "model.safetensors")))
+
+
+@pytest.mark.slow
 def test_zeroed_layer_changes_output_and_restore(vllm_llm, embedded_dir):
     _need_vllm()
     from safetensors.torch import load_file
