@@ -76,6 +76,7 @@ bench: setup
 	$(PY) benchmarks/evolve_throughput.py
 	$(PY) benchmarks/psro_speed.py
 	$(PY) benchmarks/marl_env_speed.py --train
+	$(PY) benchmarks/grpo_step.py
 
 test-vllm: setup
 	@set -e; \
