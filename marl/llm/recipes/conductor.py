@@ -184,11 +184,16 @@ class ConductorRecipe(Recipe):
         return self._sandbox
 
     def _conductor(self) -> Conductor:
-        # Only its prompts and graph building are used; generation goes through the run's LLMs.
+        # Only its prompts, parsing, graph building and grading are used; generation goes through
+        # the run's LLMs, so the Conductor's own LLM refuses to generate rather than answer quietly.
         from agents.llm.function import FunctionLLM
 
-        stub = FunctionLLM(lambda prompt: "", name="unused")
-        return Conductor(stub, stub, max_turns=self.max_turns, sandbox=self.sandbox, enforce_caps=True)
+        def _refuse(prompt):
+            raise RuntimeError("ConductorRecipe generates through the training run's LLMs, "
+                               "not through the Conductor it uses for prompts and grading")
+
+        no_llm = FunctionLLM(_refuse, name="run-llms-only")
+        return Conductor(no_llm, no_llm, max_turns=self.max_turns, sandbox=self.sandbox, enforce_caps=True)
 
     # -- episodes ---------------------------------------------------------------------------------
 
