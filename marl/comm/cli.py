@@ -50,6 +50,17 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _json_object(option: str, text: str) -> dict:
+    """The JSON object given to ``option``; exits with status 2 naming the option otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"{option} is not JSON: {exc.msg}")
+    if not isinstance(value, dict):
+        _fail(f"{option} must be a JSON object")
+    return value
+
+
 @app.command("comm")
 def comm(
     env: str = typer.Option("speaker_listener", help="Batched env: speaker_listener, reference."),
@@ -91,14 +102,7 @@ def comm(
         import torch
 
         torch.set_num_threads(threads)
-    kwargs = {}
-    if comm_kwargs:
-        try:
-            kwargs = json.loads(comm_kwargs)
-        except json.JSONDecodeError as exc:
-            _fail(f"--comm-kwargs is not JSON: {exc.msg}")
-        if not isinstance(kwargs, dict):
-            _fail("--comm-kwargs must be a JSON object")
+    kwargs = _json_object("--comm-kwargs", comm_kwargs) if comm_kwargs else {}
     try:
         res = run_cli_training(env=env, algo=algo, comm=comm_name, steps=steps, seed=seed, out=out,
                                num_envs=num_envs, device=device, comm_kwargs=kwargs,

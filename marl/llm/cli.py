@@ -28,7 +28,7 @@ from typing import Any
 import typer
 import yaml
 
-from marl.comm.cli import _fail, _one_line
+from marl.comm.cli import _fail, _json_object, _one_line
 
 MULTI_VALUE_OPTIONS = ("--seeds",)
 
@@ -107,13 +107,7 @@ def make_command(name: str):
                             format="%(levelname)s %(name)s: %(message)s")
         recipe_kw, train_kw = _load_config(config)
         if recipe:
-            try:
-                extra = json.loads(recipe)
-            except json.JSONDecodeError as exc:
-                _fail(f"--recipe is not JSON: {exc.msg}")
-            if not isinstance(extra, dict):
-                _fail("--recipe must be a JSON object")
-            recipe_kw.update(extra)
+            recipe_kw.update(_json_object("--recipe", recipe))
         grpo = dict(train_kw.pop("grpo", {}) or {})
         for key, val in (("lr", lr), ("kl_beta", kl_beta), ("advantage", advantage), ("loss_type", loss_type)):
             if val is not None:
