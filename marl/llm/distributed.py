@@ -29,6 +29,7 @@ from typing import Any, Self
 import torch
 
 from marl.llm.loop import Episode, EpisodeResult, Recipe
+from marl.llm.trainer import GRPOConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,17 @@ def _import_ray() -> Any:
 class _Worker:
     """One rollout actor: its own models (as in the loop's process) and the recipe."""
 
-    def __init__(self, recipe: Recipe, model: str, device: str, threads: int | None) -> None:
+    def __init__(self, recipe: Recipe, model: str, device: str, threads: int | None,
+                 grpo: GRPOConfig | None = None) -> None:
         from marl.llm.loop import TrainConfig, _Backend
 
         if threads:
             torch.set_num_threads(threads)
         self.recipe = recipe
-        self.backend = _Backend(TrainConfig(model=model, device=device, threads=threads), recipe)
+        # The same GRPOConfig as the loop's trainers, so that the policies have the same
+        # structure (LoRA adapters or not) and the state dicts they are sent load as they are.
+        cfg = TrainConfig(model=model, device=device, threads=threads, grpo=grpo or GRPOConfig())
+        self.backend = _Backend(cfg, recipe)
 
     def run(self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None) -> list[EpisodeResult]:
         if weights:
@@ -79,14 +84,18 @@ def _shards(n_items: int, n: int) -> list[slice]:
 class RayRollouts:
     """Run a recipe's episodes on ``n_workers`` Ray actors, each with its own copy of the models.
 
+    ``grpo`` is the loop's :class:`~marl.llm.trainer.GRPOConfig`: with
+    ``lora`` set, the actors' policies carry the same adapters, so the
+    weights :meth:`run` is sent load into them.
     ``num_cpus`` / ``num_gpus`` are each actor's Ray resources. Ray is started
     (``ray_init_kwargs`` passed on) only if it is not running already, and
     :meth:`close` shuts it down only if this object started it.
     """
 
     def __init__(self, recipe: Recipe, model: str, n_workers: int, *, device: str = "auto",
-                 threads: int | None = None, ray_init_kwargs: Mapping[str, Any] | None = None,
-                 num_cpus: float = 1, num_gpus: float = 0) -> None:
+                 threads: int | None = None, grpo: GRPOConfig | None = None,
+                 ray_init_kwargs: Mapping[str, Any] | None = None, num_cpus: float = 1,
+                 num_gpus: float = 0) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, got {n_workers}")
         ray = _import_ray()
@@ -105,7 +114,7 @@ class RayRollouts:
             log.warning("Ray has %.1f free CPUs for %d rollout workers of %s CPUs each: they wait until it has "
                         "more (pass num_cpus= lower, or stop other actors)", free, n_workers, num_cpus)
         actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_Worker)
-        self._actors = [actor.remote(recipe, model, device, threads) for _ in range(n_workers)]
+        self._actors = [actor.remote(recipe, model, device, threads, grpo) for _ in range(n_workers)]
         # Surface model-loading errors here rather than at the first run.
         try:
             self._get([a.__ray_ready__.remote() for a in self._actors], ["failed to start"] * n_workers)

@@ -242,7 +242,7 @@ class _Backend:
         self.tokenizer = base.tokenizer
         self.trainers: dict[str, PolicyTrainer] = {}
         self.serving: dict[str, Any] = {}
-        for i, name in enumerate(recipe.policies):
+        for name in recipe.policies:
             model = copy.deepcopy(base.model)
             model.requires_grad_(True)
             gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
@@ -252,12 +252,10 @@ class _Backend:
                                                  name=f"{base.name}:{name}")
         self.vllm: dict[str, Any] = {}
         if cfg.serve is not None:
-            from agents.llm import load_llm as _load
-
             if not cfg.serve.startswith("vllm:"):
                 raise ValueError(f"serve must be 'vllm:MODEL_DIR', got {cfg.serve!r}")
             for name in recipe.policies:
-                self.vllm[name] = _load(cfg.serve, **cfg.serve_kwargs)
+                self.vllm[name] = load_llm(cfg.serve, **cfg.serve_kwargs)
                 self.sync(name)  # the engine serves exactly the policy's weights from the start
 
     def llms(self) -> dict[str, Any]:
@@ -430,7 +428,8 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
         if cfg.rollout_workers > 0:
             from marl.llm.distributed import RayRollouts
 
-            pool = RayRollouts(recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads)
+            pool = RayRollouts(recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads,
+                                  grpo=cfg.grpo)
         # Supervised warm start (the loop's step counter covers SFT steps first, then GRPO steps).
         if start < cfg.sft_steps:
             for pol, tr in backend.trainers.items():

@@ -157,3 +157,31 @@ def test_train_with_rollout_workers(pool, ray_session, model_dir, tmp_path):
     assert [r["kind"] for r in rows] == ["eval", "train", "eval"]
     assert "reward" in rows[1] and res.last_eval["step"] == 1
     assert ray_session.is_initialized()  # the loop's pool did not shut down a Ray it did not start
+
+
+@pytest.mark.slow
+def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_dir):
+    """With LoRA, the loop's state dicts hold adapter keys; a rollout worker built
+    from the same GRPOConfig loads them and samples as the loop's own policy does."""
+    pytest.importorskip("peft")
+    from marl.llm.distributed import _Worker
+    from marl.llm.trainer import GRPOConfig
+
+    grpo = GRPOConfig(lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]})
+    recipe = CountA()
+    backend = _Backend(TrainConfig(model=model_dir, grpo=grpo), recipe)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # lora_B starts at zero: move the adapters so that they matter
+        for n, prm in backend.trainers["p"].model.named_parameters():
+            if "lora_" in n:
+                prm.add_(torch.randn(prm.shape, generator=g) * 2.0)
+    weights = backend.state_dicts()
+    assert any("lora_" in k for k in weights["p"])
+    episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
+    local = recipe.run_episodes(backend.llms(), episodes, train=True)
+
+    worker = _Worker(recipe, model_dir, "auto", 1, grpo)  # what each Ray actor builds
+    before = worker.run(episodes, True, None)
+    assert _view(before) != _view(local)  # the adapters change what is sampled
+    refs = {name: ray_session.put(sd) for name, sd in weights.items()}
+    assert _view(worker.run(episodes, True, refs)) == _view(local)
