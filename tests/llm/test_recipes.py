@@ -56,6 +56,29 @@ def test_execution_rewards_grade_failures_below_outcomes():
     assert r["wrong_answer"] < r["passed"] and max(v for k, v in r.items() if k != "passed") < 0 < r["passed"]
 
 
+def test_turn_reward_by_hand_and_unknown_outcomes_are_errors():
+    from topology.coding import OUTCOMES
+    from topology.patterns.conductor import ConductorTurn
+
+    assert set(OUTCOMES) <= set(EXECUTION_REWARDS)  # every graded test outcome has its reward
+    rec = ConductorRecipe(density_weight=0.2)
+    bad = ConductorTurn(0, "p", "no yaml here", 3)
+    bad.parse_error = "no_yaml"
+    assert rec.turn_reward(bad, "easy") == (-1.0, -1.0, 0.0)  # no topology: no density term
+    ok = ConductorTurn(0, "p", "...", 3)
+    ok.topology, ok.metrics = object(), {"nodes": 2, "edges": 1, "depth": 2}
+
+    class _Test:
+        outcome = "wrong_answer"
+
+    ok.test = _Test()
+    d = math.exp(-(2 / 4 + 1 / 6 + 2 / 4) / 3)  # easy: N = 4, E = 6
+    assert rec.turn_reward(ok, "easy") == pytest.approx((-0.1 + 0.2 * d, -0.1, d))
+    ok.test = None  # parsed but its tests never ran: an error, not a silent grade
+    with pytest.raises(ValueError, match="no execution reward for turn outcome 'not_run'"):
+        rec.turn_reward(ok, "easy")
+
+
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
 def test_synthetic_topologies_parse_and_respect_the_cap(difficulty):
     rng = random.Random(0)

@@ -226,7 +226,11 @@ class ConductorRecipe(Recipe):
 
     def turn_reward(self, turn: ConductorTurn, difficulty: str) -> tuple[float, float, float]:
         """(total, execution, density) reward of one orchestrator turn."""
-        execution = EXECUTION_REWARDS.get(turn.outcome, EXECUTION_REWARDS["no_code"])
+        outcome = turn.outcome
+        if outcome not in EXECUTION_REWARDS:  # e.g. "not_run": the topology parsed but its tests never ran
+            raise ValueError(f"no execution reward for turn outcome {outcome!r}; "
+                             f"expected one of {sorted(EXECUTION_REWARDS)}")
+        execution = EXECUTION_REWARDS[outcome]
         density = 0.0
         if turn.topology is not None and turn.metrics is not None:
             m = turn.metrics
