@@ -65,6 +65,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "episode_seed",
+    "policy_tokenizer",
     "sample_from_completion",
     "train",
 ]
@@ -184,6 +185,16 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "first_eval": self.first_eval, "last_eval": self.last_eval,
                 "wall_s": round(self.wall_s, 2), "steps": sum(1 for h in self.history if h["kind"] == "train")}
+
+
+def policy_tokenizer(llm: Any, recipe: str) -> Any:
+    """The tokenizer of a trained policy's LLM: training needs its token ids, so a
+    backend without one (a remote or function LLM) is an error, not an empty batch."""
+    tok = getattr(llm, "tokenizer", None)
+    if tok is None:
+        raise ValueError(f"training the {recipe} policies needs a local model with a tokenizer "
+                         f"(e.g. TransformersLLM); got {type(llm).__name__}")
+    return tok
 
 
 def sample_from_completion(policy: str, prompt: Any, completion: Any, tokenizer: Any, group: str,

@@ -236,3 +236,13 @@ def test_episode_is_picklable_for_ray():
     assert clone._sandbox is None and clone.config() == rec.config()
     e = Episode({"kind": "problem"}, 1, "g")
     assert pickle.loads(pickle.dumps(e)) == e
+
+
+def test_selfplay_refuses_what_it_cannot_train_on():
+    rec = SelfPlayRecipe(proposals_per_step=2, proposer_tokens=4, solver_tokens=4)
+    remote = FunctionLLM(lambda prompt: "Question: 2 + 2?\nAnswer: 4", name="remote")  # no tokenizer
+    llms = {"proposer": remote, "solver": remote, FROZEN: remote}
+    with pytest.raises(ValueError, match="training the selfplay policies needs a local model with a tokenizer"):
+        rec.run_episodes(llms, rec.train_episodes(0, 0), train=True)
+    with pytest.raises(ValueError, match=r"kind 'selfplay' or 'problem', got \['quiz'\]"):
+        rec.run_episodes(llms, [Episode({"kind": "quiz"}, 0, "g")], train=False)

@@ -216,3 +216,13 @@ def test_train_one_step(which, tiny_uri, tmp_path):
         assert all("early_answering_aoc" in r for r in evals)
         assert any(r["kind"] == "sft" and "speaker/sft_loss" in r for r in rows)
     assert res.last_eval["reward"] >= 0.0
+
+
+@pytest.mark.parametrize("recipe", [RemulRecipe(questions_per_step=1, group_size=2),
+                                    SocietyRecipe(questions_per_step=1, group_size=2)],
+                         ids=["remul", "society"])
+def test_training_needs_a_policy_with_a_tokenizer(recipe):
+    remote = FunctionLLM(lambda prompt: "Final answer: 4", name="remote")  # no tokenizer, no token ids
+    llms = {name: remote for name in (*recipe.policies, FROZEN)}
+    with pytest.raises(ValueError, match=f"training the {recipe.name} policies needs a local model with a tokenizer"):
+        recipe.run_episodes(llms, recipe.train_episodes(0, 0), train=True)

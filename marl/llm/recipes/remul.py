@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.agent import Agent
-from marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed
+from marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from marl.llm.recipes.selfplay import heldout_problems
 from marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
 from topology.patterns.remul import (
@@ -286,12 +286,12 @@ class RemulRecipe(Recipe):
         on_event = spk.on_event if isinstance(spk, TokenRecorder) else None
         rt = Runtime(graph, llms={"speaker": spk, "listener": llms[FROZEN]}, on_event=on_event)
         runs = rt.run_many([e.task["question"] for e in episodes], seeds=[e.seed for e in episodes])
-        tok = getattr(spk, "tokenizer", None)
+        tok = policy_tokenizer(spk, self.name) if train else None
         results = []
         for e, run in zip(episodes, runs):
             o = RemulOutcome.from_result(run)
             samples = []
-            if train and tok is not None:
+            if tok is not None:
                 samples = samples_from_trace(run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index)
             metrics = {"reward": o.reward, "accuracy": float(bool(o.correct)),
                        "agreement": o.matches / o.n_pairs if o.n_pairs else 0.0,

@@ -35,7 +35,7 @@ from typing import Any
 
 from agents.llm.base import SamplingParams
 from agents.parsers import answers_match, extract_final_answer
-from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed
+from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from marl.llm.rollouts import RoleMap, samples_from_trace
 from topology.patterns.selfplay import (
     SOLVER_TEMPLATE,
@@ -145,18 +145,21 @@ class SelfPlayRecipe(Recipe):
     # -- rollouts ---------------------------------------------------------------------------------
 
     def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+        unknown = sorted({str(e.task.get("kind")) for e in episodes} - {"selfplay", "problem"})
+        if unknown:
+            raise ValueError(f"selfplay episodes are of kind 'selfplay' or 'problem', got {unknown}")
         out: list[EpisodeResult | None] = [None] * len(episodes)
         play = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "selfplay"]
         probs = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "problem"]
         if play:
-            for (i, e), res in zip(play, self._play(llms, [e for _, e in play])):
+            for (i, e), res in zip(play, self._play(llms, [e for _, e in play], train)):
                 out[i] = res
         if probs:
             for (i, e), res in zip(probs, self._solve(llms, [e for _, e in probs])):
                 out[i] = res
         return [r for r in out if r is not None]
 
-    def _play(self, llms: Mapping[str, Any], episodes: Sequence[Episode]) -> list[EpisodeResult]:
+    def _play(self, llms: Mapping[str, Any], episodes: Sequence[Episode], train: bool) -> list[EpisodeResult]:
         prop, solv = llms[self._pol("proposer")], llms[self._pol("solver")]
         recorders = [prop] if prop is solv else [prop, solv]
 
@@ -165,8 +168,8 @@ class SelfPlayRecipe(Recipe):
                 r.on_event(ev)
 
         rt = Runtime(self.graph, llms={"proposer": prop, "solver": solv}, on_event=on_event)
+        tok = policy_tokenizer(prop, self.name) if train else None  # evaluation needs no samples
         runs = rt.run_many([e.task["instruction"] for e in episodes], seeds=[e.seed for e in episodes])
-        tok = getattr(prop, "tokenizer", None)
         results = []
         for e, run in zip(episodes, runs):
             o = ProposerSolverOutcome.from_result(run)

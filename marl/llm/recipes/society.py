@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.parsers import answers_match, extract_final_answer, normalize_answer
-from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed
+from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from marl.llm.recipes.remul import (
     EVAL_QUESTION_SEED,
     heldout_questions,
@@ -145,7 +145,7 @@ class SocietyRecipe(Recipe):
         on_event = pol.on_event if isinstance(pol, TokenRecorder) else None
         rt = Runtime(self.graph(train=train), llms={"society": pol}, on_event=on_event)
         runs = rt.run_many([e.task["question"] for e in episodes], seeds=[e.seed for e in episodes])
-        tok = getattr(pol, "tokenizer", None)
+        tok = policy_tokenizer(pol, self.name) if train else None
         results = []
         for e, run in zip(episodes, runs):
             ref = str(e.task["answer"])
@@ -156,7 +156,7 @@ class SocietyRecipe(Recipe):
             persona_ok = {n: float(answers_match(a, ref)) for n, a in persona_ans.items()}
             vote = majority_answer(list(persona_ans.values()))
             samples = []
-            if train and tok is not None:
+            if tok is not None:
                 samples = samples_from_trace(run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index)
             metrics = {"reward": reward, "answered": float(agg is not None),
                        "persona_accuracy": sum(persona_ok.values()) / len(persona_ok),
