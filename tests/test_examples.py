@@ -52,7 +52,7 @@ RECIPE_RUNS = {
     "remul": {"questions_per_step": 1, "group_size": 2, "speaker_tokens": 32, "listener_tokens": 12,
               "n_listeners": 1, "eval_questions": 1, "ea_fractions": [0.5, 1.0], "sft_batch": 2},
     "society": {"n_personas": 2, "questions_per_step": 1, "group_size": 2, "persona_tokens": 16,
-                "aggregator_tokens": 12, "eval_questions": 1},
+                "aggregator_tokens": 12, "eval_questions": 1, "sft_batch": 2},
 }
 
 
@@ -60,7 +60,7 @@ RECIPE_RUNS = {
 @pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
 def test_train_recipe_example(recipe, tmp_path):
     out = tmp_path / recipe
-    sft = "1" if recipe in ("conductor", "remul") else "0"
+    sft = "0" if recipe == "selfplay" else "1"
     r = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_recipe.py"), recipe, "--steps", "1", "--sft-steps", sft,
          "--eval-every", "1", "--recipe", json.dumps(RECIPE_RUNS[recipe]), "--out", str(out)],

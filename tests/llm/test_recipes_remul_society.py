@@ -7,6 +7,7 @@ import copy
 import itertools
 import json
 import pickle
+import random
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from marl.llm.recipes.remul import (
     worked_solution,
 )
 from marl.llm.recipes.selfplay import heldout_problems
-from marl.llm.recipes.society import SocietyRecipe, majority_answer
+from marl.llm.recipes.society import SocietyRecipe, majority_answer, society_dialogue
 from marl.llm.rollouts import TokenRecorder
 
 torch.set_num_threads(1)
@@ -73,7 +74,8 @@ def test_constructor_arguments_are_validated():
                {"ea_fractions": (1.0,)}, {"temperature": -1}, {"correctness": 1}, {"min_lines": -1}):
         with pytest.raises(ValueError):
             RemulRecipe(**kw)
-    for kw in ({"n_personas": 1}, {"n_personas": 99}, {"rounds": 0}, {"group_size": 1}, {"persona_tokens": 0}):
+    for kw in ({"n_personas": 1}, {"n_personas": 99}, {"rounds": 0}, {"group_size": 1}, {"persona_tokens": 0},
+               {"sft_batch": 0}, {"sft_slip_rate": 1.5}, {"sft_slip_rate": -0.1}, {"sft_slip_rate": True}):
         with pytest.raises(ValueError):
             SocietyRecipe(**kw)
     assert RemulRecipe(correctness=True).config()["correctness"] is True
@@ -175,6 +177,84 @@ def test_society_reward_is_the_aggregated_answers_accuracy():
     assert res[0].metrics["accuracy/accountant"] == 1.0 and res[0].metrics["persona_accuracy"] == pytest.approx(1 / 3)
 
 
+def test_society_dialogue_every_answer_is_computed_and_the_slip_is_corrected():
+    names = ["statistician", "physicist", "accountant"]
+    slips = 0
+    for (q, a), rounds in itertools.product(heldout_problems(40, seed=5), (1, 2, 3)):
+        d = society_dialogue(q, a, names, rounds, random.Random(f"{q}|{rounds}"))
+        assert set(d.messages) == set(names) and all(len(m) == rounds for m in d.messages.values())
+        assert extract_final_answer(d.aggregator) == str(a)
+        for name, msgs in d.messages.items():
+            for r, text in enumerate(msgs):
+                ans = extract_final_answer(text)
+                if name == d.slipped and r == 0:
+                    assert ans != str(a) and int(ans) >= 0  # the slip: a wrong, non-negative total
+                else:
+                    assert ans == str(a), (name, r, text)
+        if d.slipped is not None:
+            slips += 1
+            assert d.slipped != names[0]
+            wrong = extract_final_answer(d.messages[d.slipped][0])
+            assert wrong in d.aggregator and d.slipped in d.aggregator  # the aggregator names the outlier
+            if rounds > 1:  # round 1: the others name the slip; the slipped persona accepts it
+                assert all(d.slipped in d.messages[n][1] and wrong in d.messages[n][1] for n in names
+                           if n != d.slipped)
+                assert "slipped" in d.messages[d.slipped][1]
+    assert 0.3 < slips / 120 < 0.7  # slip_rate 0.5
+    for q, a in heldout_problems(10, seed=6):
+        assert society_dialogue(q, a, names, 2, random.Random(0), slip_rate=0.0).slipped is None
+        assert society_dialogue(q, a, names, 2, random.Random(0), slip_rate=1.0).slipped in names[1:]
+        assert society_dialogue(q, a, names[:2], 2, random.Random(0), slip_rate=1.0).slipped is None  # no majority
+    with pytest.raises(ValueError, match="at least two personas"):
+        society_dialogue("q", 1, names[:1], 1, random.Random(0))
+
+
+@pytest.mark.parametrize("rounds,train_aggregator", [(1, True), (2, True), (2, False)])
+def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, rounds, train_aggregator):
+    tok = tiny_llm.tokenizer
+    r = SocietyRecipe(n_personas=3, rounds=rounds, sft_batch=4, sft_slip_rate=1.0, train_aggregator=train_aggregator)
+    out = r.sft_samples(0, 9, tok)["society"]
+    again = r.sft_samples(0, 9, tok)["society"]
+    assert [(s.prompt_ids, s.completion_ids) for s in out] == [(s.prompt_ids, s.completion_ids) for s in again]
+    # every question has a slip (rate 1.0): its round-0 message gives no sample
+    per_q = 3 * rounds - 1 + (1 if train_aggregator else 0)
+    assert len(out) == 4 * per_q
+    questions = {s.group_key[2:] for s in out}
+    assert len(questions) == 4 and not questions & r._eval_set
+    for s in out:
+        assert s.policy == "society" and s.old_logprobs is None and all(s.completion_mask)
+        assert s.completion_ids[-1] == tok.eos_token_id
+        text, prompt = tok.decode(s.completion_ids[:-1]), tok.decode(s.prompt_ids)
+        q = s.group_key[2:]
+        assert q in prompt and extract_final_answer(text) is not None
+        if s.meta["role"] == "aggregator":
+            assert "That was the discussion" in prompt and prompt.count("### Message from") == 3
+        elif s.meta["round"] == 0:
+            assert f"Your name is {s.meta['sender']};" in prompt and "### Message from" not in prompt
+        else:  # round r reads round r-1: the slip appears in the round-1 prompts
+            assert prompt.count("### Message from") == 3 and f"Your name is {s.meta['sender']};" in prompt
+    # the prompts are the ones a real run renders: replay one question's scripted messages through run_episodes
+    # (without a slip every message of the discussion is a sample, so the replay reproduces it whole)
+    r = SocietyRecipe(n_personas=3, rounds=rounds, sft_batch=1, sft_slip_rate=0.0)
+    mine = r.sft_samples(0, 9, tok)["society"]
+    q = mine[0].group_key[2:]
+    by_prompt = {tok.decode(s.prompt_ids): tok.decode(s.completion_ids[:-1]) for s in mine}
+    seen = []
+
+    def replay(msgs):
+        from agents.llm.base import encode_with_tokenizer
+
+        p = tok.decode(encode_with_tokenizer(tok, [msgs])[0])
+        seen.append(p)
+        return by_prompt.get(p, "Final answer: 0")
+
+    res = r.run_episodes({"society": FunctionLLM(replay)}, [Episode({"question": q, "answer": 0}, 1, "g", 0)],
+                         train=False)
+    assert len(seen) == 3 * rounds + 1
+    assert len(mine) == len(seen) and set(seen) == set(by_prompt)  # every prompt of the run is a sample's
+    assert res[0].record["aggregated_answer"] is not None
+
+
 def test_society_episodes_with_a_tiny_model(tiny_llm):
     r = SocietyRecipe(n_personas=2, rounds=2, questions_per_step=1, group_size=2, persona_tokens=6,
                       aggregator_tokens=6, eval_questions=2)
@@ -203,8 +283,8 @@ def test_train_one_step(which, tiny_uri, tmp_path):
         cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
     else:
         rec = SocietyRecipe(n_personas=2, questions_per_step=1, group_size=2, persona_tokens=6, aggregator_tokens=6,
-                            eval_questions=2)
-        cfg = TrainConfig(model=tiny_uri, steps=1, eval_every=1, threads=1)
+                            eval_questions=2, sft_batch=2)
+        cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
     out = tmp_path / which
     res = train(rec, cfg, out=out)
     for f in ("metrics.jsonl", "summary.md", "reward.png", "config.yaml", "rollouts.jsonl"):
@@ -212,9 +292,10 @@ def test_train_one_step(which, tiny_uri, tmp_path):
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if r["kind"] == "eval"]
     assert evals and all("reward" in r for r in evals)
+    policy = "speaker" if which == "remul" else "society"
+    assert any(r["kind"] == "sft" and f"{policy}/sft_loss" in r for r in rows)
     if which == "remul":
         assert all("early_answering_aoc" in r for r in evals)
-        assert any(r["kind"] == "sft" and "speaker/sft_loss" in r for r in rows)
     assert res.last_eval["reward"] >= 0.0
 
 

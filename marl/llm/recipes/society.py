@@ -29,6 +29,26 @@ message is not trained). Every sample of an episode gets the episode's
 reward; the ``group_size`` episodes of one question (each with its own seed)
 form its GRPO group.
 
+**SFT on multi-agent dialogue** (the paper finds that it speeds up the RL
+that follows) runs when ``TrainConfig.sft_steps > 0``:
+:meth:`SocietyRecipe.sft_samples` writes, for ``sft_batch`` training
+questions, a synthetic discussion (:func:`society_dialogue`) built from the
+question's computed worked solution
+(:func:`marl.llm.recipes.remul.worked_solution`): in round 0 each persona
+states the steps and ``Final answer: N``, except that with probability
+``sft_slip_rate`` one persona (never the first) slips to a wrong total; in
+later rounds the others name the slip and the slipped persona takes the
+correction (conflict, then reconciliation); the aggregator weighs the
+last round, names any outlier and writes ``Final answer: N``. The
+discussion is played through the Runtime with a scripted model, so each
+sample's prompt is exactly the one the policy sees in a real run (persona
+system prompts, the ``### Message from NAME`` inputs of later rounds, the
+aggregator's template); the completion is the scripted message plus the
+end-of-sequence token, all of it trained (like ``conductor``'s synthetic
+topologies), except the slip itself: the slipped persona's round-0 message
+is context for the others to correct, not a message to imitate, and gives
+no sample.
+
 **Evaluation** runs ``eval_questions`` fixed questions (disjoint from every
 training question; the same set as ``remul``'s,
 :func:`marl.llm.recipes.remul.heldout_questions`) with greedy decoding
@@ -41,22 +61,26 @@ the personas' last-round answers; ties count as wrong) and ``answered``
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.llm.function import FunctionLLM
 from agents.parsers import answers_match, extract_final_answer, normalize_answer
 from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from marl.llm.recipes.remul import (
     EVAL_QUESTION_SEED,
     heldout_questions,
     train_questions,
+    worked_solution,
 )
-from marl.llm.rollouts import RoleMap, TokenRecorder, samples_from_trace
+from marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
 from topology.patterns.society import DEFAULT_PERSONAS, society_of_thought
 from topology.runtime import Runtime
 
-__all__ = ["SocietyRecipe", "majority_answer"]
+__all__ = ["SocietyDialogue", "SocietyRecipe", "majority_answer", "society_dialogue"]
 
 
 def majority_answer(answers: Sequence[str | None]) -> str | None:
@@ -70,6 +94,72 @@ def majority_answer(answers: Sequence[str | None]) -> str | None:
     return top[0][0]
 
 
+@dataclasses.dataclass(frozen=True)
+class SocietyDialogue:
+    """A scripted discussion of one question: each persona's message in every
+    round (``messages[name][r]``) and the aggregator's (see :func:`society_dialogue`)."""
+
+    question: str
+    answer: int
+    messages: Mapping[str, tuple[str, ...]]
+    aggregator: str
+    slipped: str | None = None
+
+
+def society_dialogue(question: str, answer: int, personas: Sequence[str], rounds: int, rng: random.Random,
+                     slip_rate: float = 0.5) -> SocietyDialogue:
+    """A synthetic ``rounds``-round discussion of ``question`` whose every final answer is computed.
+
+    The steps are those of :func:`~marl.llm.recipes.remul.worked_solution`.
+    In round 0 each persona writes them and ``Final answer: <answer>``; with
+    probability ``slip_rate`` (and at least three personas, so that the
+    majority stays right) one persona other than the first writes a wrong
+    total instead. In round 1 the others name the slip and ask whether the
+    slipped persona agrees, and it accepts the correction; in every later
+    round (and from round 1 when nobody slipped) each persona agrees with the
+    persona before it. The aggregator's one-sentence justification names who
+    reached the answer and the slip, corrected or not.
+    """
+    personas = list(personas)
+    if len(personas) < 2:
+        raise ValueError(f"a discussion needs at least two personas, got {personas}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if not 0.0 <= slip_rate <= 1.0:
+        raise ValueError(f"slip_rate must be in [0, 1], got {slip_rate!r}")
+    steps = worked_solution(question, answer).rpartition("\n")[0].splitlines()
+    last = steps[-1]
+    slipped = rng.choice(personas[1:]) if len(personas) >= 3 and rng.random() < slip_rate else None
+    wrong = None
+    if slipped is not None:
+        wrong = answer + rng.choice([-3, -2, -1, 1, 2, 3])
+        if wrong < 0:
+            wrong = answer + rng.randint(1, 3)
+    right = [p for p in personas if p != slipped]
+    messages: dict[str, list[str]] = {p: [] for p in personas}
+    for r in range(rounds):
+        for i, name in enumerate(personas):
+            if r == 0 and name == slipped:
+                text = f"{steps[0]}\nI make it {wrong}.\nFinal answer: {wrong}"
+            elif r == 0:
+                text = "\n".join(steps) + f"\nFinal answer: {answer}"
+            elif r == 1 and name == slipped:
+                text = f"{right[0]} is right and I slipped: {last}\nI agree with {answer} now.\nFinal answer: {answer}"
+            elif r == 1 and slipped is not None:
+                text = f"{slipped}, I do not get {wrong}: {last}\nDo you agree?\nFinal answer: {answer}"
+            else:
+                text = f"I agree with {personas[i - 1]}: {last}\nFinal answer: {answer}"
+            messages[name].append(text)
+    if slipped is None:
+        why = f"Everyone reached {answer}: {last}"
+    elif rounds == 1:
+        why = f"{', '.join(right)} reached {answer} ({last}); {slipped}'s {wrong} is a slip."
+    else:
+        why = f"{', '.join(right)} reached {answer} ({last}), and {slipped} corrected {wrong} to {answer}."
+    return SocietyDialogue(question, answer, {p: tuple(m) for p, m in messages.items()},
+                           f"{why}\nFinal answer: {answer}", slipped)
+
+
 class SocietyRecipe(Recipe):
     """Personas debate; one shared policy trained on the aggregated answer's accuracy (see the module docstring)."""
 
@@ -77,11 +167,12 @@ class SocietyRecipe(Recipe):
 
     def __init__(self, *, n_personas: int = 3, rounds: int = 1, questions_per_step: int = 2, group_size: int = 2,
                  persona_tokens: int = 64, aggregator_tokens: int = 64, temperature: float = 1.0,
-                 eval_temperature: float = 0.0, eval_questions: int = 6, train_aggregator: bool = True) -> None:
+                 eval_temperature: float = 0.0, eval_questions: int = 6, train_aggregator: bool = True,
+                 sft_batch: int = 8, sft_slip_rate: float = 0.5) -> None:
         for key, val, lo in (("n_personas", n_personas, 2), ("rounds", rounds, 1),
                              ("questions_per_step", questions_per_step, 1), ("group_size", group_size, 2),
                              ("persona_tokens", persona_tokens, 1), ("aggregator_tokens", aggregator_tokens, 1),
-                             ("eval_questions", eval_questions, 1)):
+                             ("eval_questions", eval_questions, 1), ("sft_batch", sft_batch, 1)):
             if isinstance(val, bool) or not isinstance(val, int) or val < lo:
                 extra = " (GRPO compares the episodes of one question)" if key == "group_size" else ""
                 raise ValueError(f"{key} must be an integer >= {lo}, got {val!r}{extra}")
@@ -90,6 +181,9 @@ class SocietyRecipe(Recipe):
         for key, val in (("temperature", temperature), ("eval_temperature", eval_temperature)):
             if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
                 raise ValueError(f"{key} must be a number >= 0, got {val!r}")
+        if isinstance(sft_slip_rate, bool) or not isinstance(sft_slip_rate, (int, float)) \
+                or not 0.0 <= sft_slip_rate <= 1.0:
+            raise ValueError(f"sft_slip_rate must be a number in [0, 1], got {sft_slip_rate!r}")
         if not isinstance(train_aggregator, bool):
             raise ValueError("train_aggregator must be a boolean")  # noqa: TRY004
         self.n_personas = n_personas
@@ -102,6 +196,8 @@ class SocietyRecipe(Recipe):
         self.eval_temperature = float(eval_temperature)
         self.eval_questions = eval_questions
         self.train_aggregator = train_aggregator
+        self.sft_batch = sft_batch
+        self.sft_slip_rate = float(sft_slip_rate)
         self.persona_names = tuple(p.name for p in DEFAULT_PERSONAS[:n_personas])
         self._eval = heldout_questions(eval_questions)
         self._eval_set = frozenset(q for q, _ in self._eval)
@@ -114,7 +210,7 @@ class SocietyRecipe(Recipe):
 
     def config(self) -> dict[str, Any]:
         keys = ("n_personas", "rounds", "questions_per_step", "group_size", "persona_tokens", "aggregator_tokens",
-                "temperature", "eval_temperature", "eval_questions", "train_aggregator")
+                "temperature", "eval_temperature", "eval_questions", "train_aggregator", "sft_batch", "sft_slip_rate")
         return {k: getattr(self, k) for k in keys} | {"personas": list(self.persona_names)}
 
     def graph(self, *, train: bool = True) -> Any:
@@ -137,6 +233,31 @@ class SocietyRecipe(Recipe):
     def eval_episodes(self, seed: int) -> list[Episode]:
         return [Episode({"question": q, "answer": a}, episode_seed(EVAL_QUESTION_SEED, "society", j), f"q:{q}", j)
                 for j, (q, a) in enumerate(self._eval)]
+
+    # -- SFT on multi-agent dialogue -----------------------------------------------------------------
+
+    def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
+        """Samples of ``sft_batch`` scripted discussions (:func:`society_dialogue`), prompts exactly as in a run."""
+        rng = random.Random(seed)
+        qs = train_questions(self.sft_batch, seed, self._eval_set)
+        dialogues = {q: society_dialogue(q, a, self.persona_names, self.rounds, rng, self.sft_slip_rate)
+                     for q, a in qs}
+        script = _DialogueScript(dialogues, self.persona_names)
+        runs = Runtime(self.graph(train=True), llms={"society": FunctionLLM(batch_fn=script, name="sft-script")}
+                       ).run_many([q for q, _ in qs])
+        eos = tokenizer.eos_token_id
+        out: list[TokenSample] = []
+        for (q, _), run in zip(qs, runs):
+            slipped = dialogues[q].slipped
+            for smp in samples_from_trace(run.trace, self.role_map, tokenizer, group_key=f"q:{q}",
+                                          retokenize=True, require_logprobs=False):
+                if smp.meta["sender"] == slipped and smp.meta["round"] == 0:
+                    continue  # the slip is context for the others to correct, not a message to imitate
+                if eos is not None:
+                    smp = dataclasses.replace(smp, completion_ids=[*smp.completion_ids, eos],
+                                              completion_mask=[*smp.completion_mask, 1])
+                out.append(smp)
+        return {"society": out}
 
     # -- rollouts ---------------------------------------------------------------------------------
 
@@ -167,3 +288,39 @@ class SocietyRecipe(Recipe):
                       "majority_answer": vote, "reward": reward}
             results.append(EpisodeResult(samples, [reward] * len(samples), [e.group] * len(samples), metrics, record))
         return results
+
+
+class _DialogueScript:
+    """The scripted model of :meth:`SocietyRecipe.sft_samples`: answers each call with the
+    dialogue's message for the caller (persona by its system prompt, else the aggregator), the
+    question (found in the user message) and the round (the caller's n-th call on that question)."""
+
+    def __init__(self, dialogues: Mapping[str, SocietyDialogue], personas: Sequence[str]) -> None:
+        self.dialogues = dialogues
+        self.personas = tuple(personas)
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    def _who(self, system: str) -> str:
+        hits = [p for p in self.personas if f"Your name is {p};" in system or f"Your name is {p}." in system]
+        if len(hits) > 1:
+            raise ValueError(f"system prompt names several personas {hits}")
+        return hits[0] if hits else "aggregator"
+
+    def __call__(self, batch: list[list[Any]]) -> list[str]:
+        out = []
+        for messages in batch:
+            system = "\n".join(str(m["content"]) for m in messages if m["role"] == "system")
+            user = "\n".join(str(m["content"]) for m in messages if m["role"] == "user")
+            found = [q for q in self.dialogues if user.startswith(q)]
+            if len(found) != 1:
+                raise ValueError(f"scripted dialogue: the prompt matches {len(found)} questions: {user[:120]!r}")
+            d, who = self.dialogues[found[0]], self._who(system)
+            if who == "aggregator":
+                out.append(d.aggregator)
+                continue
+            r = self.calls[(found[0], who)]
+            self.calls[(found[0], who)] += 1
+            if r >= len(d.messages[who]):
+                raise ValueError(f"scripted dialogue: {who} called for round {r} of {len(d.messages[who])}")
+            out.append(d.messages[who][r])
+        return out
