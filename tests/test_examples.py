@@ -74,3 +74,23 @@ def test_train_recipe_example(recipe, tmp_path):
     assert all("reward" in x for x in rows if x["kind"] == "eval")
     assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint" / "LATEST").exists() and (out / "summary.md").exists()
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
+def test_recipe_example_configs_build(recipe):
+    """The example configs (the measured runs of the README) name only options their recipe and loop accept."""
+    import yaml
+
+    from marl.llm.loop import TrainConfig
+    from marl.llm.recipes import RECIPES
+
+    data = yaml.safe_load((ROOT / "examples" / "recipes" / f"{recipe}.yaml").read_text())
+    assert set(data) == {"recipe", "train"}
+    rec = RECIPES[recipe](**data["recipe"])
+    cfg = TrainConfig(**data["train"])
+    assert cfg.steps >= 1 and rec.config()  # every option was taken, none silently dropped
+    for key, val in data["recipe"].items():
+        got = rec.config()[key]
+        assert got == (list(val) if isinstance(val, tuple) else val), key
+    if cfg.sft_steps:
+        assert type(rec).sft_samples is not type(rec).__mro__[1].sft_samples  # the recipe has SFT data
