@@ -77,7 +77,7 @@ from marl.llm.recipes.remul import (
     worked_solution,
 )
 from marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
-from topology.patterns.society import DEFAULT_PERSONAS, society_of_thought
+from topology.patterns.society import DEFAULT_PERSONAS, Persona, society_of_thought
 from topology.runtime import Runtime
 
 __all__ = ["SocietyDialogue", "SocietyRecipe", "majority_answer", "society_dialogue"]
@@ -242,7 +242,7 @@ class SocietyRecipe(Recipe):
         qs = train_questions(self.sft_batch, seed, self._eval_set)
         dialogues = {q: society_dialogue(q, a, self.persona_names, self.rounds, rng, self.sft_slip_rate)
                      for q, a in qs}
-        script = _DialogueScript(dialogues, self.persona_names)
+        script = _DialogueScript(dialogues, DEFAULT_PERSONAS[: self.n_personas])
         runs = Runtime(self.graph(train=True), llms={"society": FunctionLLM(batch_fn=script, name="sft-script")}
                        ).run_many([q for q, _ in qs])
         eos = tokenizer.eos_token_id
@@ -295,13 +295,14 @@ class _DialogueScript:
     dialogue's message for the caller (persona by its system prompt, else the aggregator), the
     question (found in the user message) and the round (the caller's n-th call on that question)."""
 
-    def __init__(self, dialogues: Mapping[str, SocietyDialogue], personas: Sequence[str]) -> None:
+    def __init__(self, dialogues: Mapping[str, SocietyDialogue], personas: Sequence[Persona]) -> None:
         self.dialogues = dialogues
         self.personas = tuple(personas)
         self.calls: Counter[tuple[str, str]] = Counter()
 
     def _who(self, system: str) -> str:
-        hits = [p for p in self.personas if f"Your name is {p};" in system or f"Your name is {p}." in system]
+        # The Runtime appends each persona's description (meta["persona"]) to its system prompt.
+        hits = [p.name for p in self.personas if p.describe() in system]
         if len(hits) > 1:
             raise ValueError(f"system prompt names several personas {hits}")
         return hits[0] if hits else "aggregator"
