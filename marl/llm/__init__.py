@@ -48,13 +48,14 @@ from marl.llm.rollouts import (
     samples_from_trace,
     sequence_logprobs,
 )
-from marl.llm.trainer import GRPOConfig, PolicyTrainer
+from marl.llm.trainer import CheckpointError, GRPOConfig, PolicyTrainer
 
 __all__ = [
     "LOGPROBS_KEY",
     "LOSS_TYPES",
     "SEGMENTS_KEY",
     "TOKEN_IDS_KEY",
+    "CheckpointError",
     "Episode",
     "EpisodeResult",
     "GRPOConfig",

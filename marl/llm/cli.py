@@ -102,6 +102,7 @@ def make_command(name: str):
 
         from marl.llm.loop import TrainConfig, train
         from marl.llm.recipes import RECIPES
+        from marl.llm.trainer import CheckpointError
 
         logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
@@ -133,7 +134,7 @@ def make_command(name: str):
                 _fail(_one_line(exc))
             try:
                 res = train(rec, cfg, root / f"seed_{s}", resume=resume, progress=True)
-            except (ValueError, FileExistsError, ImportError) as exc:
+            except (ValueError, FileExistsError, ImportError, CheckpointError) as exc:
                 _fail(_one_line(exc))
             runs[s] = res.history
             results.append(res.to_dict() | {"seed": s})

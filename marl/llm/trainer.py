@@ -36,6 +36,7 @@ at any moment leaves the previous checkpoint loadable.
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import random
 import shutil
@@ -352,6 +353,16 @@ class PolicyTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
+    def checkpoint_nbytes(self) -> int:
+        """About how many bytes :meth:`save_checkpoint` writes: the weights (the adapter
+        only, with ``lora``) and the optimizer state. Before the first update AdamW holds
+        no moments yet; they are counted as they will be after it (two per trainable
+        parameter), so a run can check at its start that its checkpoints will fit."""
+        optimizer = tensor_nbytes(self.optimizer.state_dict()["state"])
+        if not self.optimizer.state:
+            optimizer = 2 * sum(p.numel() * p.element_size() for p in self.params)
+        return tensor_nbytes(self._weights_state()) + optimizer
+
     def _weights_state(self) -> dict[str, torch.Tensor]:
         if self.config.lora is not None:
             import peft
@@ -371,24 +382,33 @@ class PolicyTrainer:
         root.mkdir(parents=True, exist_ok=True)
         name = f"ckpt-{self.step_count:08d}-{uuid.uuid4().hex[:8]}"
         tmp = root / f".tmp-{name}"
+        # No copies: torch.save writes synchronously, and tensors that share storage
+        # (tied input and output embeddings) are then written once.
+        state = {
+            "weights": _cpu_tensors(self._weights_state()),
+            "optimizer": self.optimizer.state_dict(),
+            "step_count": self.step_count,
+            "rng": _rng_state(),
+            "config": self.config.model_dump(),
+            "policy": self.policy,
+        }
+        owner = f" of policy {self.policy!r}" if self.policy is not None else ""
+        what = f"the checkpoint{owner} at step {self.step_count}"
+        check_free_space(root, tensor_nbytes(state), what)
         tmp.mkdir()
         try:
-            state = {
-                "weights": {k: v.detach().cpu().clone() for k, v in self._weights_state().items()},
-                "optimizer": self.optimizer.state_dict(),
-                "step_count": self.step_count,
-                "rng": _rng_state(),
-                "config": self.config.model_dump(),
-                "policy": self.policy,
-            }
             with open(tmp / "trainer.pt", "wb") as f:
                 torch.save(state, f)
                 f.flush()
                 os.fsync(f.fileno())
             final = root / name
             os.replace(tmp, final)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, CheckpointError):
+                raise CheckpointError(f"writing {what} under {root} failed ({_root_cause(exc)}); "
+                                      f"{_size(shutil.disk_usage(root).free)} free there now; nothing of it "
+                                      "was kept and the previous checkpoint is untouched") from exc
             raise
         latest_tmp = root / f".{_LATEST}.{uuid.uuid4().hex[:8]}"
         with open(latest_tmp, "w") as f:
@@ -450,3 +470,78 @@ class PolicyTrainer:
                 target.load_state_dict(self.model.state_dict())
         target.eval()
         return not shared
+
+
+# -- checkpoint space ---------------------------------------------------------------------------
+
+_SPACE_MARGIN = 64 << 20  # room for the small files and the file system's own overhead
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written (not enough disk space, an I/O error).
+
+    Nothing of the failed checkpoint is left behind and the previous one, if
+    any, is untouched: a run can be resumed from it once there is room.
+    """
+
+
+def tensor_nbytes(obj: Any) -> int:
+    """Bytes of the distinct tensor storages in a nested dict/list/tuple: what
+    ``torch.save`` writes for them (a storage shared by several tensors once)."""
+    seen: set[tuple[str, int | None, int]] = set()
+
+    def walk(o: Any) -> int:
+        if isinstance(o, torch.Tensor):
+            storage = o.untyped_storage()
+            key = (o.device.type, o.device.index, storage.data_ptr())
+            if key in seen:
+                return 0
+            seen.add(key)
+            return storage.nbytes()
+        if isinstance(o, dict):
+            return sum(walk(v) for v in o.values())
+        if isinstance(o, (list, tuple)):
+            return sum(walk(v) for v in o)
+        return 0
+
+    return walk(obj)
+
+
+def check_free_space(directory: str | Path, nbytes: int, what: str) -> None:
+    """Raise :class:`CheckpointError` before writing ``nbytes`` into ``directory``
+    when its file system has less free space than that (plus a small margin)."""
+    free = shutil.disk_usage(directory).free
+    if free < nbytes + _SPACE_MARGIN:
+        raise CheckpointError(
+            errno.ENOSPC,
+            f"{what} needs about {_size(nbytes)} but {directory} has {_size(free)} free; nothing was written "
+            "and the previous checkpoint, if any, is untouched: free some space or choose another run directory",
+        )
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached CPU views of ``state``; tensors sharing a storage on an accelerator
+    share one CPU copy (on the CPU they already share theirs)."""
+    copies: dict[tuple[Any, ...], torch.Tensor] = {}
+    out = {}
+    for k, v in state.items():
+        key = (v.device, v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
+        if key not in copies:
+            copies[key] = v.detach().cpu()
+        out[k] = copies[key]
+    return out
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The first OS error in ``exc``'s chain (torch.save reports a full disk as a
+    RuntimeError about file positions, raised while handling the OSError)."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return " ".join(str(seen).split())
+        seen = seen.__cause__ or seen.__context__
+    return " ".join(f"{type(exc).__name__}: {exc}".split())

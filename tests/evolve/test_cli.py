@@ -87,9 +87,13 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
         path.chmod(0o755)
     out = tmp_path / "runs"
     iterations = 30
+    # The killed run cannot remove its in-flight sandbox scratch directories: keep them in tmp_path.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--iterations", str(iterations),
                              "--workers", "2", "--out", str(out), "--json"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
     try:
         deadline = time.monotonic() + 60
         committed = 0

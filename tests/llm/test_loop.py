@@ -124,6 +124,36 @@ def test_resume_continues_and_matches_an_uninterrupted_run(tiny_dir, tmp_path):
         assert a.get("reward") == pytest.approx(b.get("reward"), abs=1e-6), (a, b)
 
 
+
+def test_a_full_disk_stops_the_run_clearly_and_loses_nothing_saved(tiny_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from marl.llm import CheckpointError
+    from marl.llm import trainer as trainer_mod
+
+    real = shutil.disk_usage
+    cfg = TrainConfig(model=tiny_dir, steps=2, eval_every=1, checkpoint_every=1, grpo={"lr": 1e-3})
+    # No room for even one checkpoint: refused at the start, before any rollout.
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))
+    with pytest.raises(CheckpointError, match=r"the checkpoint at step 2 \(policies 'p'\) needs about"):
+        train(CountA(), cfg, tmp_path / "none")
+    assert not (tmp_path / "none" / "metrics.jsonl").exists()
+    # The disk fills after the first checkpoint: the second save fails, the first stays loadable.
+    run = tmp_path / "run"
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=1 << 20) if (run / "checkpoint" / "LATEST").exists()
+                        else real(p))
+    with pytest.raises(CheckpointError, match="at step 2"):
+        train(CountA(), cfg, run)
+    assert json.loads(next((run / "checkpoint").glob("step-*/loop.json")).read_text())["step"] == 1
+    assert [(r["kind"], r["step"]) for r in _rows(run / "metrics.jsonl")][-1] == ("eval", 2)
+    assert not list((run / "checkpoint").glob(".tmp-*"))
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage", real)
+    res = train(CountA(), cfg, run, resume=True)
+    assert [(r["kind"], r["step"]) for r in res.history] == [("eval", 0), ("train", 1), ("eval", 1),
+                                                             ("train", 2), ("eval", 2)]
+
+
 def test_sft_warm_start_raises_the_demonstrated_tokens(tiny_dir, tmp_path):
     res = train(CountA(), TrainConfig(model=tiny_dir, sft_steps=3, sft_lr=1e-2, steps=0), tmp_path / "sft")
     sft = [h for h in res.history if h["kind"] == "sft"]

@@ -227,6 +227,26 @@ def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
     assert r.exit_code == 2 and "advantage" in r.output
 
 
+
+def test_cli_stops_with_one_line_when_the_checkpoint_cannot_fit(tiny_llm, tmp_path, monkeypatch):
+    import shutil
+
+    from marl.__main__ import app
+    from marl.llm import trainer as trainer_mod
+
+    model = tmp_path / "tiny"
+    tiny_llm.model.save_pretrained(model)
+    tiny_llm.tokenizer.save_pretrained(model)
+    real = shutil.disk_usage
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))
+    r = CliRunner().invoke(app, ["train", "selfplay", "--model", f"hf:{model}", "--steps", "1",
+                                 "--out", str(tmp_path / "run"), "--recipe",
+                                 json.dumps({"proposals_per_step": 2, "n_solvers": 2, "eval_proposals": 1,
+                                             "eval_problems": 1})])
+    assert r.exit_code == 2, r.output
+    assert "needs about" in r.output and "1.0 MiB free" in r.output and "Traceback" not in r.output
+
+
 def test_episode_is_picklable_for_ray():
     import pickle
 

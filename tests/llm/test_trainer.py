@@ -139,6 +139,81 @@ def test_checkpoint_resume_equals_uninterrupted(llm, tmp_path):
         b.load_checkpoint(tmp_path / "nothing")
 
 
+
+def _trainer_pt(root):
+    return next(root.glob("ckpt-*")) / "trainer.pt"
+
+
+def test_checkpoint_size_is_predicted_and_tied_weights_are_written_once(llm, tmp_path):
+    samples = _rollout(llm, _one_node(), ["a", "b"], RoleMap({"answerer": "p"}), seed=2)
+    tr = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=1e-3))
+    n_params = sum(p.numel() for p in tr.params)
+    embed = llm.model.get_input_embeddings().weight
+    assert embed.data_ptr() == llm.model.get_output_embeddings().weight.data_ptr()  # the tiny model ties them
+    # Hand count: fp32 weights with the tied matrix once, then AdamW's two fp32 moments per
+    # parameter (plus a scalar step per tensor); the estimate before the first update counts the moments.
+    weights = 4 * n_params
+    assert tr.checkpoint_nbytes() == weights + 2 * 4 * n_params
+    tr.save_checkpoint(tmp_path / "before")
+    size = _trainer_pt(tmp_path / "before").stat().st_size
+    assert weights <= size < weights + (1 << 20)
+    tr.step(samples, torch.tensor([1.0, 0.0]))
+    after = tr.checkpoint_nbytes()
+    assert 3 * weights <= after <= 3 * weights + 8 * len(tr.params)
+    tr.save_checkpoint(tmp_path / "after")
+    size = _trainer_pt(tmp_path / "after").stat().st_size
+    assert after <= size < after + (1 << 20)
+    state = torch.load(_trainer_pt(tmp_path / "after"), weights_only=False)
+    w = state["weights"]
+    assert w["model.embed_tokens.weight"].data_ptr() == w["lm_head.weight"].data_ptr()
+
+
+def test_checkpoint_without_room_is_a_clear_error_and_keeps_the_previous(llm, tmp_path, monkeypatch):
+    import shutil
+
+    from marl.llm import CheckpointError
+    from marl.llm import trainer as trainer_mod
+
+    samples = _rollout(llm, _one_node(), ["a", "b"], RoleMap({"answerer": "p"}), seed=3)
+    tr = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=1e-3), policy="p")
+    tr.step(samples, torch.tensor([1.0, 0.0]))
+    root = tmp_path / "ck"
+    tr.save_checkpoint(root)
+    kept = (root / "LATEST").read_text()
+    saved = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.step(samples, torch.tensor([0.0, 1.0]))
+
+    # 1) Not enough free space: refused before anything is written, naming both sizes.
+    real = shutil.disk_usage
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=tr.checkpoint_nbytes() // 2))
+    with pytest.raises(CheckpointError, match=r"policy 'p' at step 2 needs about .* MiB but .* free") as err:
+        tr.save_checkpoint(root)
+    assert err.value.errno == 28
+    monkeypatch.setattr(trainer_mod.shutil, "disk_usage", real)
+
+    # 2) The disk fills up mid-write (torch.save then raises a RuntimeError about file positions
+    #    while handling the OSError): the error names the OS error, the partial file is removed.
+    def full_disk(obj, f):
+        f.write(b"x" * 1000)
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1000 vs 900")
+
+    monkeypatch.setattr(trainer_mod.torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match=r"No space left on device.*previous checkpoint is untouched"):
+        tr.save_checkpoint(root)
+    monkeypatch.undo()
+
+    assert (root / "LATEST").read_text() == kept
+    assert [p.name for p in root.iterdir() if p.is_dir()] == [kept.strip()]
+    back = PolicyTrainer(copy.deepcopy(llm.model), llm.tokenizer, GRPOConfig(lr=1e-3))
+    back.load_checkpoint(root)
+    assert back.step_count == 1
+    assert all(torch.equal(back.model.state_dict()[k], v) for k, v in saved.items())
+
+
 def test_lora_trains_only_the_adapter_and_syncs_merged_weights(llm, tmp_path):
     pytest.importorskip("peft")
     rm = RoleMap({"answerer": "p"})
