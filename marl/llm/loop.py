@@ -31,7 +31,7 @@ reward and held-out reward against steps), ``summary.md`` and
 loop's position, written atomically: a kill leaves the previous checkpoint
 loadable, and ``resume=True`` continues from it). A full-fine-tuning
 checkpoint holds the weights and AdamW's two moments, about 12 bytes per
-parameter (1.6 GiB for the 135M embedded model); the run checks at its start
+parameter (1.5 GiB for the 135M embedded model); the run checks at its start
 and before each save that it fits on the disk and otherwise stops with a
 :class:`~marl.llm.trainer.CheckpointError` naming what is needed and free.
 """
