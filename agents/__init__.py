@@ -2,7 +2,7 @@
 
 LLM backends behind one batched protocol (:class:`LLM`, :func:`load_llm`),
 the :class:`Agent`, the role prompt library, output parsers, the embedded
-default model, and :mod:`agents.sandbox` for running untrusted code.
+default model, and :mod:`societas.agents.sandbox` for running untrusted code.
 """
 
 from .agent import Agent, AgentReply, act_batch, format_inputs

@@ -12,8 +12,8 @@ bare GGUF without a config and tokenizer.
 
 Nothing here touches the network: loads use ``local_files_only``.
 
-Command line: ``python -m agents.embedded prepare`` (used by ``make setup``)
-and ``python -m agents.embedded path``.
+Command line: ``python -m societas.agents.embedded prepare`` (used by ``make setup``)
+and ``python -m societas.agents.embedded path``.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "path":
         print(prepare())
         return 0
-    print("usage: python -m agents.embedded [prepare [--force] | path]", file=sys.stderr)
+    print("usage: python -m societas.agents.embedded [prepare [--force] | path]", file=sys.stderr)
     return 2
 
 

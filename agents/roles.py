@@ -2,7 +2,7 @@
 
 Each role is a system prompt written for small instruction-tuned models:
 short, imperative, and explicit about the output format that the matching
-parser (:mod:`agents.parsers`) reads back. Roles cover the papers' agents:
+parser (:mod:`societas.agents.parsers`) reads back. Roles cover the papers' agents:
 AgentConductor's orchestrator and workers (retrieval, planning, algorithmic,
 coding, debugging, testing), Dr. Zero's proposer and solver, REMUL's speaker
 and listeners, and the personas and aggregator of a society of thought.

@@ -1,14 +1,14 @@
 """CFR speed and exactness of the tensor-tree engine against OpenSpiel, in one run.
 
 1. CFR iterations/s on Leduc poker and 3-player Leduc poker: ours
-   (``marl.games.CFRSolver("cfr")``, alternating updates, ``--device``) against
+   (``societas.marl.games.CFRSolver("cfr")``, alternating updates, ``--device``) against
    OpenSpiel's C++ ``pyspiel.CFRSolver`` for the same number of iterations and
    OpenSpiel's python ``open_spiel.python.algorithms.cfr.CFRSolver`` (the same
    number on 2-player Leduc; far fewer on 3-player Leduc, where one python
    iteration takes about half a minute — the table says how many). The
    average policies must agree: the table prints the largest difference of
    any action probability and the difference of the NashConvs (ours from
-   :func:`marl.games.evaluate`; the C++ solver's from ``pyspiel.nash_conv``,
+   :func:`societas.marl.games.evaluate`; the C++ solver's from ``pyspiel.nash_conv``,
    run once since it takes about a minute on 3-player Leduc).
 2. Exact evaluation time: our ``evaluate(tree, policy)`` against
    ``pyspiel.nash_conv(game, policy)`` on the same policy (the C++ solver's
@@ -44,9 +44,9 @@ import pyspiel  # noqa: E402
 import torch  # noqa: E402
 from open_spiel.python.algorithms import cfr as os_cfr  # noqa: E402
 
-from marl.games import CFRSolver, evaluate, load_game  # noqa: E402
-from marl.games.algorithms import DCFR  # noqa: E402
-from marl.games.tree import _cache_path, resolve_device  # noqa: E402
+from societas.marl.games import CFRSolver, evaluate, load_game  # noqa: E402
+from societas.marl.games.algorithms import DCFR  # noqa: E402
+from societas.marl.games.tree import _cache_path, resolve_device  # noqa: E402
 
 LARGE = 1_000_000   # histories above which a game counts as large (fewer iterations)
 

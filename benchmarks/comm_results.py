@@ -1,7 +1,7 @@
 """Communication modules on MPE speaker-listener: MAPPO + each module, several seeds.
 
-Trains MAPPO (:mod:`marl.comm.mappo`) with every communication module of
-:mod:`marl.comm.modules` (``none``, ``commnet``, ``tarmac``, ``ic3net``,
+Trains MAPPO (:mod:`societas.marl.comm.mappo`) with every communication module of
+:mod:`societas.marl.comm.modules` (``none``, ``commnet``, ``tarmac``, ``ic3net``,
 ``dial``, ``gat``, ``commformer``) on the batched torch speaker-listener env
 for the same budget of env steps and the same seeds, and writes to ``--out``:
 
@@ -52,8 +52,8 @@ def _run_one(args: tuple) -> dict:
     """Train one (module, seed) run in this process; returns its summary."""
     module, seed, steps, num_envs, runs_dir, eval_episodes, fresh, algo, overrides = args
     torch.set_num_threads(1)
-    from marl.comm.mappo import MAPPOConfig
-    from marl.comm.train import train_comm
+    from societas.marl.comm.mappo import MAPPOConfig
+    from societas.marl.comm.train import train_comm
 
     out = Path(runs_dir) / f"{algo}_{module}_s{seed}"
     done_file = out / "result.json"
@@ -83,8 +83,8 @@ def scripted_references(episodes: int = 4096, seed: int = 7) -> dict[str, float]
     """Mean returns of two scripted listeners (the speaker says the goal's word):
     one steering to the goal landmark (it is told the goal), one to the centroid
     of the landmarks (ignoring communication)."""
-    from marl.comm.envs import make_env
-    from marl.comm.envs.speaker_listener import LANDMARK_COLOURS
+    from societas.marl.comm.envs import make_env
+    from societas.marl.comm.envs.speaker_listener import LANDMARK_COLOURS
 
     colours = torch.tensor(LANDMARK_COLOURS)
     out = {}
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "per_seed": [{k: r[k] for k in ("seed", "final_return", "eval_mean", "eval_std", "auc",
                                                      "messages_per_step", "wall_s")} for r in rs]})
 
-    from marl.comm.plots import plot_curves
+    from societas.marl.comm.plots import plot_curves
 
     plot_curves({m: [r["curve"] for r in by_mod[m]] for m in a.modules}, out / "curves.png",
                 title=f"{a.algo.upper()} on speaker-listener: {a.seeds} seeds, {a.num_envs} envs "

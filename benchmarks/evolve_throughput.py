@@ -1,6 +1,6 @@
 """Evolution throughput: candidates evaluated per minute with 1 and 2 workers.
 
-Every candidate runs the way a search runs it: ``evolve.evaluator.run_evaluation``
+Every candidate runs the way a search runs it: ``societas.evolve.evaluator.run_evaluation``
 in its own sandboxed process (bubblewrap where available), through the cascade of
 the task's stages. The candidates are a fixed list of children of the task's seed
 (constant perturbations made with fixed seeds, the seed itself first), so every
@@ -43,12 +43,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evolve.config import EvolveConfig, load_config, parse_config  # noqa: E402
-from evolve.controller import Controller  # noqa: E402
-from evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation  # noqa: E402
-from evolve.executors import ExecutorError, make_executor  # noqa: E402
-from evolve.mutation import MutationError, perturb_constants  # noqa: E402
-from evolve.task import Task, load_task  # noqa: E402
+from societas.evolve.config import EvolveConfig, load_config, parse_config  # noqa: E402
+from societas.evolve.controller import Controller  # noqa: E402
+from societas.evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation  # noqa: E402
+from societas.evolve.executors import ExecutorError, make_executor  # noqa: E402
+from societas.evolve.mutation import MutationError, perturb_constants  # noqa: E402
+from societas.evolve.task import Task, load_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"cfr": "cfr", "curve_fit": str(REPO / "tests" / "evolve" / "tasks" / "curve_fit")}

@@ -7,7 +7,7 @@ model (SmolLM2-135M-Instruct, float32, CPU), for
 
 * ours: one batched ``TransformersLLM.generate`` call (``n=G`` samples per
   prompt, log-probs recorded while sampling, finished rows dropped from the
-  batch), then ``marl.llm.trainer.PolicyTrainer.step`` on the token samples,
+  batch), then ``societas.marl.llm.trainer.PolicyTrainer.step`` on the token samples,
   the model shared between the two (no weight sync);
 * TRL: ``trl.GRPOTrainer`` (its own ``model.generate`` rollout, then its loss
   and optimizer step), timed per optimizer step by a callback.
@@ -63,11 +63,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from agents import SamplingParams, load_llm
-from agents.embedded import MODEL_ID
-from agents.llm.base import encode_with_tokenizer
-from marl.llm.rollouts import TokenSample
-from marl.llm.trainer import GRPOConfig, PolicyTrainer
+from societas.agents import SamplingParams, load_llm
+from societas.agents.embedded import MODEL_ID
+from societas.agents.llm.base import encode_with_tokenizer
+from societas.marl.llm.rollouts import TokenSample
+from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
 
 PROMPTS = [
     "Write a short haiku about the sea.",

@@ -7,12 +7,12 @@ All three step the cooperative-communication task (Lowe et al. 2017) with
 uniformly random discrete actions drawn inside the timed loop, and reset
 episodes after 25 steps:
 
-1. ours: :class:`marl.comm.envs.SpeakerListenerEnv` (``--device``, auto-reset
+1. ours: :class:`societas.marl.comm.envs.SpeakerListenerEnv` (``--device``, auto-reset
    inside ``step``) at each batch size of ``--sizes``;
 2. mpe2's PettingZoo ``simple_speaker_listener_v4.parallel_env()``, one env in
    a Python loop (its per-env rate is also what ``B`` copies stepped in a loop
    give in total: the cost is linear in ``B``); plus our
-   :class:`~marl.comm.envs.PettingZooBatchedEnv` adapter over ``B = 64`` mpe2
+   :class:`~societas.marl.comm.envs.PettingZooBatchedEnv` adapter over ``B = 64`` mpe2
    copies, which is how one trains on the real mpe2 envs;
 3. VMAS's vectorised ``simple_speaker_listener``
    (``vmas.make_env(..., continuous_actions=False, max_steps=25)``, reset when
@@ -25,7 +25,7 @@ on a machine whose cores are busy with other work it makes torch and VMAS
 several times slower; ``--threads 0`` keeps torch's default).
 
 ``--train`` adds end-to-end MAPPO+TarMAC training throughput
-(:func:`marl.comm.train.benchmark_train_throughput`: env steps/s of whole
+(:func:`societas.marl.comm.train.benchmark_train_throughput`: env steps/s of whole
 updates, rollout and PPO update) at ``--train-sizes`` envs, with the batched
 torch env against the same algorithm on mpe2's env stepped in a Python loop.
 
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from marl.comm.envs import PettingZooBatchedEnv, SpeakerListenerEnv, resolve_device
+from societas.marl.comm.envs import PettingZooBatchedEnv, SpeakerListenerEnv, resolve_device
 
 EPISODE = 25
 
@@ -147,9 +147,9 @@ def bench_train(sizes: list[int], device: torch.device, seconds: float) -> dict 
     included) with the batched torch env and, as the baseline, the same
     algorithm on mpe2's env stepped in a Python loop."""
     try:
-        train = importlib.import_module("marl.comm.train")
+        train = importlib.import_module("societas.marl.comm.train")
     except ImportError as exc:
-        return f"skipped: marl.comm.train not importable ({exc})"
+        return f"skipped: societas.marl.comm.train not importable ({exc})"
     fn = train.benchmark_train_throughput
     out = {}
     for b in sizes:

@@ -6,11 +6,11 @@ iterations. This benchmark runs ``K`` PSRO iterations (uniform meta-solver)
 on each game, then fills the whole meta-game of the final populations three
 ways, in the same run:
 
-1. ours, :class:`marl.games.psro.MetaGame`: a profile's value is a sum over
+1. ours, :class:`societas.marl.games.psro.MetaGame`: a profile's value is a sum over
    terminal histories of chance reach x each member's own reach x utility, so
    the tensor is a few contractions over the terminals;
 2. one tree evaluation per profile on the same tensor tree
-   (:func:`marl.games.evaluate.policy_value`, batched over profiles), which is
+   (:func:`societas.marl.games.evaluate.policy_value`, batched over profiles), which is
    how the payoffs are computed without the factorisation;
 3. OpenSpiel's C++ ``pyspiel.expected_returns`` per profile (a tree walk per
    joint policy; OpenSpiel's own PSRO estimates entries by sampling instead).
@@ -38,9 +38,9 @@ import pyspiel  # noqa: E402
 import torch  # noqa: E402
 from open_spiel.python import policy as os_policy  # noqa: E402
 
-from marl.games import load_game  # noqa: E402
-from marl.games.evaluate import policy_value  # noqa: E402
-from marl.games.psro import MetaGame, run_psro  # noqa: E402
+from societas.marl.games import load_game  # noqa: E402
+from societas.marl.games.evaluate import policy_value  # noqa: E402
+from societas.marl.games.psro import MetaGame, run_psro  # noqa: E402
 
 # The training games of arXiv 2602.16928 whose policies OpenSpiel's
 # expected_returns takes directly (Goofspiel is simultaneous-move; our tree

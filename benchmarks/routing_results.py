@@ -1,7 +1,7 @@
 """Learned routing on the routing environment: GPTSwarm and G-Designer against fixed topologies.
 
 For each seed, trains GPTSwarm (edge logits + REINFORCE) and G-Designer (GNN
-over agents + task node) with :func:`marl.routing.train_routing` on the
+over agents + task node) with :func:`societas.marl.routing.train_routing` on the
 default team (8 agents: 4 fact keepers, 3 experts, the answerer; 4 task
 types; 2 facts per task; cost 0.02 per message), then evaluates on held-out
 tasks (odd uids, never trained on; the same tasks for every topology of a
@@ -11,8 +11,8 @@ seed):
   graph's edge count (per task), and the two learned, pruned topologies;
 - success rate, messages per task and reward (success - cost x messages)
   from the vectorised torch path on ``--eval-tasks`` tasks;
-- the same topologies run through :class:`topology.Runtime` with
-  skill-profile :class:`agents.FunctionLLM` agents on ``--runtime-tasks``
+- the same topologies run through :class:`societas.topology.Runtime` with
+  skill-profile :class:`societas.agents.FunctionLLM` agents on ``--runtime-tasks``
   tasks: success, messages (from the traces) and LLM calls per task, and
   whether both paths agree on every task;
 - optionally (``--llm URI``, e.g. ``embedded`` or ``openai:URL#MODEL``), the
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from marl.routing import RoutingTrainConfig, run_runtime, train_routing  # noqa: E402
-from topology import graph_to_mermaid  # noqa: E402
+from societas.marl.routing import RoutingTrainConfig, run_runtime, train_routing  # noqa: E402
+from societas.topology import graph_to_mermaid  # noqa: E402
 
 ROWS = (
     ("fully_connected", "fully connected DAG"),
@@ -157,7 +157,7 @@ def main() -> None:
         f"Seeds {', '.join(map(str, args.seeds))} (mean ± std over seeds). Training: GPTSwarm {args.steps_gptswarm} and "
         f"G-Designer {args.steps_gdesigner} REINFORCE updates of 128 tasks. Held-out tasks (never trained on): "
         f"{args.eval_tasks} per seed for the torch path, the first {args.runtime_tasks} of them through "
-        "`topology.Runtime` with skill-profile FunctionLLM agents.",
+        "`societas.topology.Runtime` with skill-profile FunctionLLM agents.",
         "",
         "| topology | success | messages / task | reward | Runtime success | Runtime messages / task | LLM calls / task |",
         "|---|---|---|---|---|---|---|",

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from agents import FunctionLLM, load_llm  # noqa: E402
-from topology.patterns import layered, society_of_thought, star  # noqa: E402
-from topology.runtime import Runtime  # noqa: E402
+from societas.agents import FunctionLLM, load_llm  # noqa: E402
+from societas.topology.patterns import layered, society_of_thought, star  # noqa: E402
+from societas.topology.runtime import Runtime  # noqa: E402
 
 
 class OneCallAtATime:

@@ -107,10 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
 
-    from agents.embedded import prepare
-    from agents.llm.base import SamplingParams
-    from agents.llm.transformers_llm import TransformersLLM
-    from agents.llm.vllm_llm import VLLMLLM
+    from societas.agents.embedded import prepare
+    from societas.agents.llm.base import SamplingParams
+    from societas.agents.llm.transformers_llm import TransformersLLM
+    from societas.agents.llm.vllm_llm import VLLMLLM
 
     model_dir = prepare()
     prompts = PROMPTS[: args.batch]

@@ -1,16 +1,16 @@
 """societas.evolve — how algorithms are discovered.
 
 AlphaEvolve-style search (Novikov et al., 2025; OpenEvolve) over algorithm
-code: programs with EVOLVE-BLOCK regions (:mod:`evolve.program`), a
+code: programs with EVOLVE-BLOCK regions (:mod:`societas.evolve.program`), a
 persistent program database with MAP-Elites islands (Mouret & Clune 2015)
-and ring migration (:mod:`evolve.database`), LLM diff mutations and LLM-free
-AST operators (:mod:`evolve.mutation`), sandboxed cascade evaluation
-(:mod:`evolve.evaluator`), a local or Ray executor (:mod:`evolve.executors`),
-the loop itself (:mod:`evolve.controller`), reports (:mod:`evolve.report`,
-with held-out scoring against baselines in :mod:`evolve.held_out`) and the
+and ring migration (:mod:`societas.evolve.database`), LLM diff mutations and LLM-free
+AST operators (:mod:`societas.evolve.mutation`), sandboxed cascade evaluation
+(:mod:`societas.evolve.evaluator`), a local or Ray executor (:mod:`societas.evolve.executors`),
+the loop itself (:mod:`societas.evolve.controller`), reports (:mod:`societas.evolve.report`,
+with held-out scoring against baselines in :mod:`societas.evolve.held_out`) and the
 discovery tasks of arXiv 2602.16928 (``evolve/tasks/``: ``cfr``, ``psro``). Task directories
 written for OpenEvolve (``initial_program.py`` + ``evaluator.py`` +
-``config.yaml``) run unchanged: ``python -m evolve run TASK_DIR``.
+``config.yaml``) run unchanged: ``python -m societas.evolve run TASK_DIR``.
 """
 
 from .config import ConfigError, EvolveConfig, load_config, parse_config

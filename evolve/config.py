@@ -101,7 +101,7 @@ class _Section(BaseModel):
 
 
 class LLMModelConfig(_Section):
-    """One backend of the ensemble: an ``agents.load_llm`` URI (or an OpenAI model name) and its weight."""
+    """One backend of the ensemble: an ``societas.agents.load_llm`` URI (or an OpenAI model name) and its weight."""
 
     name: str = Field(min_length=1)
     weight: float = Field(1.0, gt=0)

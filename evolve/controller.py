@@ -24,7 +24,7 @@ interrupted batch, skipping (never re-evaluating) its committed iterations.
 
 Run directory: ``config.yaml`` (resolved), ``run.json`` (task, seed),
 ``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py`` and,
-from :mod:`evolve.report`, ``summary.md`` and ``plots/``.
+from :mod:`societas.evolve.report`, ``summary.md`` and ``plots/``.
 """
 
 from __future__ import annotations

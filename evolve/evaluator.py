@@ -2,7 +2,7 @@
 
 A task's ``evaluator.py`` (OpenEvolve's format) defines ``evaluate(program_path)
 -> dict`` and optionally ``evaluate_stage1/2/3``. Every stage runs in its own
-:class:`agents.sandbox.Sandbox` process: bubblewrap where available (no
+:class:`societas.agents.sandbox.Sandbox` process: bubblewrap where available (no
 network, read-only file system except the scratch directory, own PID
 namespace), a wall-clock timeout per stage, an address-space limit, a process
 limit and a clean environment. The candidate is written as ``program.py`` in
@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.sandbox import Sandbox, SandboxError
+from societas.agents.sandbox import Sandbox, SandboxError
 
 from .config import EvaluatorConfig
 from .program import fitness_of

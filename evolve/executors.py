@@ -1,6 +1,6 @@
 """Where evaluations run: a local pool (default) or a Ray cluster.
 
-Both take the same picklable jobs (:class:`evolve.evaluator.EvalJob`) and the
+Both take the same picklable jobs (:class:`societas.evolve.evaluator.EvalJob`) and the
 same top-level function, and yield ``(index, result)`` as jobs finish; the
 controller commits each result as it arrives but applies them to the search
 state in iteration order, so the executor never changes what a run finds.

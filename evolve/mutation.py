@@ -14,7 +14,7 @@ which are applied only where the SEARCH text lies inside an EVOLVE block. An
 answer without such blocks may instead hold the whole program in one fenced
 python block (full rewrite); its evolve-block contents are transplanted into
 the parent, so the frozen parts never change. The backend is drawn from a
-weighted ensemble of ``agents.load_llm`` URIs; all prompts of a batch that go
+weighted ensemble of ``societas.agents.load_llm`` URIs; all prompts of a batch that go
 to one backend are sent in one ``generate`` call.
 
 **AST operators** (no LLM), each confined to the evolve blocks and seeded:
@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm import LLM, SamplingParams, load_llm
+from societas.agents.llm import LLM, SamplingParams, load_llm
 
 from .config import EvolveConfig
 from .program import (

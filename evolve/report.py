@@ -5,14 +5,14 @@ failures), the best program as a unified diff against the seed, the seed and
 the best program metric by metric on the training set, and — when the task's
 evaluator defines ``evaluate_held_out`` — a table of the seed, the best evolved
 program and the task's baselines on the held-out set (see
-:mod:`evolve.held_out`; results are cached in ``held_out.json``). Then
+:mod:`societas.evolve.held_out`; results are cached in ``held_out.json``). Then
 per-island statistics of the MAP-Elites islands (rebuilt from the stored
 programs exactly as the run built them), results per mutation kind and the
 most common failure reasons. The plot shows every program's fitness by
 iteration, the best so far, and failures along the bottom.
 
 A directory that holds run directories instead of being one (``--out`` of
-``python -m evolve run``) stands for its most recently created run.
+``python -m societas.evolve run``) stands for its most recently created run.
 """
 
 from __future__ import annotations

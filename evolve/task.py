@@ -3,14 +3,14 @@
 A task is a directory holding ``initial_program.py`` (the seed, with
 ``EVOLVE-BLOCK-START``/``EVOLVE-BLOCK-END`` markers), ``evaluator.py``
 (``evaluate(program_path) -> dict``, optionally ``evaluate_stage1/2/3``) and,
-optionally, ``config.yaml`` (OpenEvolve's keys, see :mod:`evolve.config`).
+optionally, ``config.yaml`` (OpenEvolve's keys, see :mod:`societas.evolve.config`).
 That is exactly what OpenEvolve's ``openevolve-run.py initial_program.py
 evaluator.py --config config.yaml`` takes, so such tasks run here unchanged.
 Built-in tasks live in ``evolve/tasks/NAME/`` and may be named by ``NAME``:
 ``cfr`` (the three CFR hooks, seeded with CFR+; ``demo.yaml`` is the short run
 of ``make demo``) and ``psro`` (PSRO's training and evaluation meta-solvers,
 seeded with uniform). Both also define ``evaluate_held_out`` and
-``held_out_baselines`` for the report (:mod:`evolve.held_out`).
+``held_out_baselines`` for the report (:mod:`societas.evolve.held_out`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ import json
 import time
 from pathlib import Path
 
-from agents import SamplingParams, load_llm
-from topology.coding import humaneval_tasks
-from topology.patterns import Conductor
-from topology.render import render_graph_png, render_trace_png
+from societas.agents import SamplingParams, load_llm
+from societas.topology.coding import humaneval_tasks
+from societas.topology.patterns import Conductor
+from societas.topology.render import render_graph_png, render_trace_png
 
 
 def main() -> None:

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from agents import load_llm
-from topology.patterns.selfplay import (
+from societas.agents import load_llm
+from societas.topology.patterns.selfplay import (
     ProposerSolverOutcome,
     arithmetic_word_problem_task,
     proposer_solver,
 )
-from topology.render import render_trace_png
-from topology.runtime import Runtime
+from societas.topology.render import render_trace_png
+from societas.topology.runtime import Runtime
 
 
 def main(argv: list[str] | None = None) -> dict:

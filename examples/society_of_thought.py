@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from agents import load_llm
-from topology.patterns.society import count_behaviours, society_of_thought
-from topology.render import render_trace_png
-from topology.runtime import Runtime
+from societas.agents import load_llm
+from societas.topology.patterns.society import count_behaviours, society_of_thought
+from societas.topology.render import render_trace_png
+from societas.topology.runtime import Runtime
 
 TASK = (
     "A shop sells pencils in packs of 6. Maria buys 4 packs and gives 5 pencils to her brother. "

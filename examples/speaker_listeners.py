@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from agents import load_llm
-from topology.patterns.remul import RemulOutcome, speaker_listeners
-from topology.render import render_trace_png
-from topology.runtime import Runtime
+from societas.agents import load_llm
+from societas.topology.patterns.remul import RemulOutcome, speaker_listeners
+from societas.topology.render import render_trace_png
+from societas.topology.runtime import Runtime
 
 QUESTION = "A farmer has 3 pens with 4 sheep in each pen, then buys 5 more sheep. How many sheep does the farmer have?"
 REFERENCE = "17"

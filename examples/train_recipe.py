@@ -1,4 +1,4 @@
-"""Train one of the LLM recipes with GRPO from Python (what ``python -m marl train RECIPE`` does).
+"""Train one of the LLM recipes with GRPO from Python (what ``python -m societas.marl train RECIPE`` does).
 
     python examples/train_recipe.py selfplay                       # examples/recipes/selfplay.yaml, seed 0
     python examples/train_recipe.py conductor --steps 2 --sft-steps 2 --out runs/conductor_try
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from marl.llm.loop import TrainConfig, train
-from marl.llm.recipes import RECIPES
+from societas.marl.llm.loop import TrainConfig, train
+from societas.marl.llm.recipes import RECIPES
 
 HERE = Path(__file__).resolve().parent
 

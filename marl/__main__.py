@@ -1,46 +1,6 @@
-"""Command line of ``marl``: ``python -m marl games solve|table|psro ...`` and
-``python -m marl train comm|routing|conductor|selfplay|remul|society ...``.
+"""``python -m societas.marl``: see :mod:`societas.marl.cli`."""
 
-A thin typer app that mounts sub-command groups: ``games`` (exact solvers) and
-``train`` (MAPPO/IPPO with communication modules; learned routing over agent
-graphs). Each group keeps its own conventions: errors exit 2
-with one short line, ``--json`` prints one JSON object on the last line.
-"""
-
-from __future__ import annotations
-
-import sys
-
-import typer
-
-from marl.comm.cli import comm as comm_command
-from marl.games.__main__ import app as games_app
-from marl.games.__main__ import expand_multi_args
-from marl.llm.cli import MULTI_VALUE_OPTIONS as LLM_MULTI
-from marl.llm.cli import make_command as llm_command
-from marl.llm.recipes import RECIPES
-from marl.routing.cli import routing_command
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Multi-agent learning: exact game solvers and training.")
-app.add_typer(games_app, name="games", help="Solve OpenSpiel games exactly with the CFR family.")
-
-train_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                        help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).")
-train_app.command("comm")(comm_command)
-train_app.command("routing")(routing_command)
-for _name in RECIPES:
-    train_app.command(_name)(llm_command(_name))
-app.add_typer(train_app, name="train",
-              help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).")
-
-
-MULTI_OPTIONS = ("--games", "--algos", *LLM_MULTI)
-
-
-def main() -> None:
-    app(args=expand_multi_args(sys.argv[1:], MULTI_OPTIONS), prog_name="python -m marl")
-
+from societas.marl.cli import main
 
 if __name__ == "__main__":
     main()

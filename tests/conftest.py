@@ -13,14 +13,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def embedded_dir():
-    from agents.embedded import prepare
+    from societas.agents.embedded import prepare
 
     return prepare()
 
 
 @pytest.fixture(scope="session")
 def embedded_llm():
-    from agents.llm import load_llm
+    from societas.agents.llm import load_llm
 
     return load_llm("embedded")
 
@@ -31,7 +31,7 @@ def tiny_llm(embedded_dir):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from agents.llm.transformers_llm import TransformersLLM
+    from societas.agents.llm.transformers_llm import TransformersLLM
 
     tok = AutoTokenizer.from_pretrained(str(embedded_dir), local_files_only=True)
     torch.manual_seed(0)

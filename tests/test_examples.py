@@ -81,8 +81,8 @@ def test_recipe_example_configs_build(recipe):
     """The example configs (the measured runs of the README) name only options their recipe and loop accept."""
     import yaml
 
-    from marl.llm.loop import TrainConfig
-    from marl.llm.recipes import RECIPES
+    from societas.marl.llm.loop import TrainConfig
+    from societas.marl.llm.recipes import RECIPES
 
     data = yaml.safe_load((ROOT / "examples" / "recipes" / f"{recipe}.yaml").read_text())
     assert set(data) == {"recipe", "train"}

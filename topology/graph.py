@@ -2,7 +2,7 @@
 
 :class:`Graph` checks a spec as a whole (duplicate ids, edges to unknown
 nodes, unknown roles or LLMs, cycles without rounds, ...) and raises a
-:class:`~topology.errors.SpecError` naming the field path of the first
+:class:`~societas.topology.errors.SpecError` naming the field path of the first
 problem. It answers the structural questions the Runtime and the learners
 ask: neighbours in declaration order, the final node, cyclic components, a
 layering of the nodes (longest path over the condensation, so that the
@@ -24,7 +24,7 @@ from typing import Any
 import networkx as nx
 from pydantic import ValidationError
 
-from agents.roles import known_roles as library_roles
+from societas.agents.roles import known_roles as library_roles
 
 from .errors import SpecError
 from .spec import EdgeSpec, GraphSpec, NodeSpec, spec_error_from_validation
@@ -195,7 +195,7 @@ class Graph:
     def validate(self, known_roles: Iterable[str] | None = None) -> None:
         """Check the spec as a whole; raise :class:`SpecError` naming the first problem's path.
 
-        ``known_roles`` defaults to the role library (:func:`agents.roles.known_roles`).
+        ``known_roles`` defaults to the role library (:func:`societas.agents.roles.known_roles`).
         An agent node needs a known role unless it brings its own ``prompt``
         (then its role may be any label).
         """

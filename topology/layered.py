@@ -19,10 +19,10 @@ one agent, the final (testing) agent.
 
 The orchestrator's reward grades how an answer fails, so
 :func:`parse_layered_yaml` runs four stages and raises a distinct error for
-each: :class:`~topology.errors.NoYAMLFound` (extraction),
-:class:`~topology.errors.YAMLSyntaxError` (loading),
-:class:`~topology.errors.SchemaInvalid` (shape and types) and
-:class:`~topology.errors.LogicInvalid` (duplicate names, refs to unknown,
+each: :class:`~societas.topology.errors.NoYAMLFound` (extraction),
+:class:`~societas.topology.errors.YAMLSyntaxError` (loading),
+:class:`~societas.topology.errors.SchemaInvalid` (shape and types) and
+:class:`~societas.topology.errors.LogicInvalid` (duplicate names, refs to unknown,
 same-layer, later or self agents, unknown roles, a last layer that is not one
 agent, agents whose output never reaches the final agent, too many agents).
 Nothing else escapes for any input string: the text is length-capped,
@@ -41,7 +41,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.roles import CONDUCTOR_ROLES, canonical_role
+from societas.agents.roles import CONDUCTOR_ROLES, canonical_role
 
 from .errors import LogicInvalid, NoYAMLFound, SchemaInvalid, SpecError, TopologyParseError, YAMLSyntaxError
 from .graph import Graph, GraphMetrics
@@ -166,7 +166,7 @@ class LayeredTopology(BaseModel):
         """The topology as a :class:`GraphSpec`.
 
         Agents become agent nodes with the library role of their conductor
-        role (``coding`` -> ``coder``, via :func:`agents.roles.canonical_role`;
+        role (``coding`` -> ``coder``, via :func:`societas.agents.roles.canonical_role`;
         the original is kept in ``meta["conductor_role"]`` with the layer index
         in ``meta["layer"]``); each ref becomes an edge ref -> agent; the final
         agent is the graph's ``final``. ``task_template`` becomes every node's
@@ -205,7 +205,7 @@ class LayeredTopology(BaseModel):
         llms: Mapping[str, str] | None = None,
         name: str = "agentconductor",
     ) -> Graph:
-        """The topology as a validated :class:`~topology.graph.Graph` (see :meth:`to_graph_spec`)."""
+        """The topology as a validated :class:`~societas.topology.graph.Graph` (see :meth:`to_graph_spec`)."""
         return Graph(self.to_graph_spec(task_template, llms=llms, name=name))
 
     def to_yaml(self) -> str:

@@ -17,7 +17,7 @@ Execution model (after Pregel and LangGraph's loop, plus batching):
   that would pass the call budget runs only the instances that fit, and its
   generation lengths are capped to the tokens left; then the run stops with
   ``stopped`` naming the budget.
-* Every instance becomes a :class:`~topology.trace.TraceEvent` holding the
+* Every instance becomes a :class:`~societas.topology.trace.TraceEvent` holding the
   exact prompt, the output, tokens and latency.
 
 Function and tool nodes call Python: ``fn(ctx: NodeContext) -> str``.
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from agents.agent import Agent
-from agents.llm import LLM, load_llm
-from agents.llm.base import SamplingParams
+from societas.agents.agent import Agent
+from societas.agents.llm import LLM, load_llm
+from societas.agents.llm.base import SamplingParams
 
 from .graph import Graph
 from .spec import GraphSpec

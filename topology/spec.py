@@ -9,7 +9,7 @@ rather than a silently ignored key, and every error names its field path
 
 Checks that need the whole graph (unknown edge endpoints, duplicate ids,
 cycles without rounds, unknown roles and LLMs) live in
-:meth:`topology.graph.Graph.validate`; this module checks the shape of each
+:meth:`societas.topology.graph.Graph.validate`; this module checks the shape of each
 field.
 
 YAML is read with a loader that rejects duplicate keys, and every loaded
@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from agents.llm.base import SamplingParams
+from societas.agents.llm.base import SamplingParams
 
 from .errors import SpecError
 
@@ -503,7 +503,7 @@ class GraphSpec(BaseModel):
     ``"hf:PATH"``, ``"openai:URL#MODEL"``, ...). ``rounds`` is required when
     the graph has a cycle. ``final`` names the node whose output is the run's
     answer; by default the unique sink, else the last node in topological
-    order (see :attr:`topology.graph.Graph.final`).
+    order (see :attr:`societas.topology.graph.Graph.final`).
     """
 
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")

@@ -2,7 +2,7 @@
 
 One :class:`TraceEvent` per node execution: who sent it, who receives it,
 the exact prompt the node saw, what it produced, tokens and latency. A trace
-is what rewards (marl.llm), behaviour classifiers (patterns) and renderers
+is what rewards (societas.marl.llm), behaviour classifiers (patterns) and renderers
 read; it is also the record a researcher inspects afterwards.
 """
 

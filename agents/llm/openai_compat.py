@@ -1,9 +1,9 @@
-"""Any server that speaks the OpenAI chat-completions API, as an :class:`~agents.llm.base.LLM`.
+"""Any server that speaks the OpenAI chat-completions API, as an :class:`~societas.agents.llm.base.LLM`.
 
 ``vllm serve``, llama.cpp's ``llama-server``, SGLang, TGI, Ollama and OpenAI
 itself all answer ``POST {base_url}/chat/completions``. :class:`OpenAICompatibleLLM`
 turns a batch of prompts into concurrent requests to such a server and the
-answers into :class:`~agents.llm.base.Completion` objects, in prompt order.
+answers into :class:`~societas.agents.llm.base.Completion` objects, in prompt order.
 
 ``base_url`` is what OpenAI clients take: the URL *including* the version
 prefix, e.g. ``http://127.0.0.1:8000/v1``; requests go to
@@ -350,7 +350,7 @@ def _check_base_url(base_url: Any) -> str:
 
 
 class OpenAICompatibleLLM:
-    """An :class:`~agents.llm.base.LLM` backed by an OpenAI-compatible chat-completions server.
+    """An :class:`~societas.agents.llm.base.LLM` backed by an OpenAI-compatible chat-completions server.
 
     ``api_key`` defaults to the ``OPENAI_API_KEY`` environment variable when
     it is set; without a key no ``Authorization`` header is sent (local

@@ -1,9 +1,9 @@
 """vLLM as a backend: paged-attention serving for large batches and RL rollouts.
 
 :class:`VLLMLLM` wraps an offline ``vllm.LLM`` engine behind the project's
-:class:`~agents.llm.base.LLM` protocol. Chat prompts are rendered with the
+:class:`~societas.agents.llm.base.LLM` protocol. Chat prompts are rendered with the
 tokenizer's chat template and tokenized here (exactly as
-:class:`~agents.llm.transformers_llm.TransformersLLM` does), then the whole
+:class:`~societas.agents.llm.transformers_llm.TransformersLLM` does), then the whole
 batch goes to the engine in ONE ``generate`` call carrying one
 ``vllm.SamplingParams`` per prompt, so that every agent of a topology
 superstep may sample differently and still share the engine's continuous
@@ -209,7 +209,7 @@ def _resolve_model(model: str | os.PathLike) -> str:
         if path.is_file():
             raise ValueError(
                 f"{path} is a file; vLLM needs a model directory (config.json, weights, tokenizer). "
-                "For the embedded model use agents.embedded.prepare(), which converts the GGUF into one."
+                "For the embedded model use societas.agents.embedded.prepare(), which converts the GGUF into one."
             )
         return str(path.resolve())
     looks_like_path = os.path.isabs(text) or text.startswith((".", "~")) or text.count("/") > 1

@@ -1,10 +1,10 @@
 """societas.marl.comm — neural communication in multi-agent RL.
 
 Batched torch multi-agent environments with PettingZoo adapters
-(:mod:`marl.comm.envs`) and MAPPO/IPPO with learned communication modules.
+(:mod:`societas.marl.comm.envs`) and MAPPO/IPPO with learned communication modules.
 """
 
-from marl.comm.mappo import (
+from societas.marl.comm.mappo import (
                              MAPPO,
                              MAPPOConfig,
                              ValueNorm,
@@ -12,7 +12,7 @@ from marl.comm.mappo import (
                              ppo_policy_loss,
                              ppo_value_loss,
 )
-from marl.comm.modules import (
+from societas.marl.comm.modules import (
                              COMM_MODULES,
                              DIAL,
                              CommFormer,
@@ -26,8 +26,8 @@ from marl.comm.modules import (
                              comm_names,
                              make_comm,
 )
-from marl.comm.plots import plot_curves, plot_learning_curve
-from marl.comm.train import TrainResult, evaluate, load_policy, train_comm
+from societas.marl.comm.plots import plot_curves, plot_learning_curve
+from societas.marl.comm.train import TrainResult, evaluate, load_policy, train_comm
 
 __all__ = [
     "COMM_MODULES", "DIAL", "MAPPO", "CommFormer", "CommModule", "CommNet", "CommOutput",

@@ -1,13 +1,13 @@
-"""Command line for communication MARL: ``python -m marl train comm ...``.
+"""Command line for communication MARL: ``python -m societas.marl train comm ...``.
 
 ``app`` is a typer app with one command, ``comm``, meant to be mounted as the
-``train`` group of ``python -m marl``::
+``train`` group of ``python -m societas.marl``::
 
-    python -m marl train comm --env speaker_listener --algo mappo --comm tarmac \\
+    python -m societas.marl train comm --env speaker_listener --algo mappo --comm tarmac \\
         --steps 300000 --seed 0 --out runs/comm/tarmac [--json]
 
 It trains one MAPPO/IPPO run with the chosen communication module and writes
-the run directory of :func:`marl.comm.train.train_comm`. An unknown env, algo
+the run directory of :func:`societas.marl.comm.train.train_comm`. An unknown env, algo
 or comm module (or bad ``--comm-kwargs``) exits with status 2 and one short
 line naming the bad value and the known ones; ``--json`` prints the result as
 one JSON object on the last line of standard output. Progress goes to
@@ -121,7 +121,7 @@ def comm(
 
 
 def main() -> None:
-    app(prog_name="python -m marl.comm.cli")
+    app(prog_name="python -m societas.marl.comm.cli")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ The algorithm (one update; ``B`` envs, ``T = rollout_steps``, ``N`` agents)
    one-hot when parameters are shared), optionally through a GRU whose hidden
    state is reset at episode starts, then the **communication module** mixes
    the agents' hidden states of *this* time step (``h [B, N, H] -> h' [B, N, H]``,
-   :mod:`marl.comm.modules`), and per-agent heads give action logits (actions
+   :mod:`societas.marl.comm.modules`), and per-agent heads give action logits (actions
    an agent does not have are masked). The random draws of the comm module
    (DIAL noise, IC3Net gates, Gumbel noise) are stored and replayed in the
    update, so the ratio below compares the same stochastic policy.
@@ -387,7 +387,7 @@ def entropy_of(logits: Tensor) -> Tensor:
 
 
 class MAPPO:
-    """MAPPO / IPPO trainer over a :class:`~marl.comm.envs.base.BatchedMultiAgentEnv`.
+    """MAPPO / IPPO trainer over a :class:`~societas.marl.comm.envs.base.BatchedMultiAgentEnv`.
 
     ``MAPPO(config, env=None)`` builds the env with ``make_env`` when none is
     given. :meth:`train_iter` yields one metrics dict per update; :meth:`act`

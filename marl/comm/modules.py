@@ -3,7 +3,7 @@
 Every module maps the agents' hidden states ``h [B, N, H]`` (and optionally an
 adjacency) to hidden states with the received messages integrated, also
 ``[B, N, H]``. A policy sits a module between its per-agent encoder and its
-action heads (see :mod:`marl.comm.mappo`). The modules and their references:
+action heads (see :mod:`societas.marl.comm.mappo`). The modules and their references:
 
 =============  ==================================================================
 ``none``       no communication (``h' = h``), the baseline.

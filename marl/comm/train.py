@@ -1,6 +1,6 @@
 """Training runs of MAPPO/IPPO with communication: run directory, checkpoint, evaluation.
 
-:func:`train_comm` trains one :class:`~marl.comm.mappo.MAPPOConfig` and writes
+:func:`train_comm` trains one :class:`~societas.marl.comm.mappo.MAPPOConfig` and writes
 a run directory::
 
     out_dir/
@@ -19,7 +19,7 @@ atomically, so killing a run loses no saved work. :func:`evaluate` runs a
 trained policy greedily (comm modules in eval mode: DIAL discretised, IC3Net
 gates and CommFormer graphs without noise) for ``episodes`` episodes and
 reports the mean return and its standard deviation; :func:`load_policy`
-rebuilds a trained :class:`~marl.comm.mappo.MAPPO` from ``model.pt``.
+rebuilds a trained :class:`~societas.marl.comm.mappo.MAPPO` from ``model.pt``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from marl.progress import progress_bar
+from societas.marl.progress import progress_bar
 
 from .mappo import MAPPO, MAPPOConfig
 
@@ -251,7 +251,7 @@ def run_cli_training(*, env: str, algo: str, comm: str, steps: int, seed: int, o
                      comm_kwargs: dict[str, Any] | None = None, recurrent: bool = False,
                      eval_episodes: int = 100, progress: bool = True,
                      config_overrides: dict[str, Any] | None = None) -> TrainResult:
-    """The function behind ``python -m marl train comm``: validates the names
+    """The function behind ``python -m societas.marl train comm``: validates the names
     (``ValueError`` naming the bad value and the known ones) and trains."""
     from .envs import ENVS
     from .mappo import ALGOS
@@ -277,9 +277,9 @@ def benchmark_train_throughput(num_envs: int, device: str = "auto", seconds: flo
     """Env steps per second of whole MAPPO+``comm`` updates (rollout + PPO
     update) on speaker-listener with ``num_envs`` envs, over at least
     ``seconds`` after one warm-up update. ``backend="torch"``: the batched
-    :class:`~marl.comm.envs.SpeakerListenerEnv`; ``"mpe2"``: the same
+    :class:`~societas.marl.comm.envs.SpeakerListenerEnv`; ``"mpe2"``: the same
     algorithm on mpe2's PettingZoo env, ``num_envs`` copies stepped in a
-    Python loop (:class:`~marl.comm.envs.PettingZooBatchedEnv`)."""
+    Python loop (:class:`~societas.marl.comm.envs.PettingZooBatchedEnv`)."""
     cfg = MAPPOConfig(env="speaker_listener", comm=comm, num_envs=num_envs, device=device, seed=seed)
     env = None
     if backend == "mpe2":

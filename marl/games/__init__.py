@@ -1,4 +1,4 @@
-"""marl.games — exact, fast solvers on OpenSpiel games.
+"""societas.marl.games — exact, fast solvers on OpenSpiel games.
 
 An OpenSpiel game string becomes a flattened tensor tree (:func:`load_game`);
 CFR-family algorithms are three hooks run by one solver (:class:`CFRSolver`),

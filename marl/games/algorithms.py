@@ -1,4 +1,4 @@
-"""Built-in CFR variants, each a set of three hooks for :class:`~marl.games.cfr.CFRSolver`.
+"""Built-in CFR variants, each a set of three hooks for :class:`~societas.marl.games.cfr.CFRSolver`.
 
 * ``cfr`` — vanilla CFR (Zinkevich et al., NeurIPS 2007): ``R += r``, regret
   matching, uniform averaging by own reach. Same as OpenSpiel's ``CFRSolver``.

@@ -136,7 +136,7 @@ class CFRSolver:
     """Run a CFR variant on a tensor tree, ``B`` variants at once.
 
     ``algorithm`` is an :class:`Algorithm` or the name of a built-in one
-    (see :func:`marl.games.algorithms.get_algorithm`); ``batch`` is the number
+    (see :func:`societas.marl.games.algorithms.get_algorithm`); ``batch`` is the number
     of variants, which the hooks tell apart through per-variant parameters.
     """
 

@@ -3,7 +3,7 @@
 Policy-Space Response Oracles (Lanctot, Zambaldi, Gruslys, Lazaridou, Tuyls,
 Pérolat, Silver & Graepel, "A Unified Game-Theoretic Approach to Multiagent
 Reinforcement Learning", NeurIPS 2017, arXiv 1711.00832), on the tensor trees
-of :mod:`marl.games.tree`:
+of :mod:`societas.marl.games.tree`:
 
 1. Each player ``p`` has a population ``Pi_p`` of behaviour policies (tensors
    ``[I_p, A]`` over ``p``'s information sets), initially the uniform policy.
@@ -16,11 +16,11 @@ of :mod:`marl.games.tree`:
 3. Each iteration the *training* meta-solver maps the meta-game to a
    meta-strategy ``w_p`` (a distribution over ``Pi_p``) for every player; each
    player gets the exact (pure) best response to the others' mixtures
-   (:func:`~marl.games.evaluate.best_response`), which is added to its
+   (:func:`~societas.marl.games.evaluate.best_response`), which is added to its
    population, and the meta-game is extended.
 4. After each iteration the *evaluation* meta-solver's meta-strategy is turned
    into one behaviour policy per player and its exploitability (NashConv / N,
-   :func:`~marl.games.evaluate.evaluate`) is recorded.
+   :func:`~societas.marl.games.evaluate.evaluate`) is recorded.
 
 Mixtures. A mixture of behaviour policies of an extensive-form game is not the
 behaviour policy with averaged action probabilities. By Kuhn's theorem, under
@@ -38,7 +38,7 @@ when computing best responses and exploitability
 member reaches the plain weighted average is used (any choice is equivalent).
 
 Meta-solvers (``uniform``, ``nash``, ``prd``, ``rm``, ``shor-train``,
-``shor-eval``) live in :mod:`marl.games.metasolvers`; SHOR-PSRO is from Li,
+``shor-eval``) live in :mod:`societas.marl.games.metasolvers`; SHOR-PSRO is from Li,
 Schultz, Hennes & Lanctot, arXiv 2602.16928, which uses this protocol (exact
 best responses, exact payoffs, separate training and evaluation solvers).
 Differences from that paper's harness: the oracle returns a pure best response
@@ -399,7 +399,7 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
     ``train_solver`` picks the meta-strategy the best responses answer;
     ``eval_solver`` (default: the training solver) the one whose
     exploitability is reported after each iteration. Either is a registered
-    name (:func:`~marl.games.metasolvers.meta_solver_names`) or an object with
+    name (:func:`~societas.marl.games.metasolvers.meta_solver_names`) or an object with
     ``get_meta_strategy``. Everything is deterministic (``seed`` seeds torch
     and numpy for custom solvers that draw random numbers)."""
     torch.manual_seed(seed)

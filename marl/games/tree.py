@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.device import resolve_device
+from societas.marl.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _pyspiel():
         import pyspiel
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise ImportError(
-            "marl.games needs OpenSpiel: pip install open-spiel") from exc
+            "societas.marl.games needs OpenSpiel: pip install open-spiel") from exc
     return pyspiel
 
 

@@ -1,14 +1,14 @@
-"""Command line for LLM training recipes: ``python -m marl train RECIPE ...``.
+"""Command line for LLM training recipes: ``python -m societas.marl train RECIPE ...``.
 
-One command per recipe of :data:`marl.llm.recipes.RECIPES` (conductor,
+One command per recipe of :data:`societas.marl.llm.recipes.RECIPES` (conductor,
 selfplay, remul, society), all with the same options::
 
-    python -m marl train selfplay --steps 12 --seeds 0 1 --out runs/selfplay
-    python -m marl train conductor --sft-steps 6 --steps 10 --lr 1e-5 --out runs/conductor \\
+    python -m societas.marl train selfplay --steps 12 --seeds 0 1 --out runs/selfplay
+    python -m societas.marl train conductor --sft-steps 6 --steps 10 --lr 1e-5 --out runs/conductor \\
         --recipe '{"problems_per_step": 2, "group_size": 4}'
 
 Each seed writes its own run directory (``OUT/seed_<s>``, see
-:func:`marl.llm.loop.train`); with several seeds ``OUT/heldout.png`` draws
+:func:`societas.marl.llm.loop.train`); with several seeds ``OUT/heldout.png`` draws
 the held-out reward of every seed and their mean, and ``OUT/summary.md``
 tabulates the mean before and after. ``--recipe`` takes the recipe's
 options as a JSON object; ``--config`` a YAML file with ``recipe:`` and
@@ -28,7 +28,7 @@ from typing import Any
 import typer
 import yaml
 
-from marl.comm.cli import _fail, _json_object, _one_line
+from societas.marl.comm.cli import _fail, _json_object, _one_line
 
 MULTI_VALUE_OPTIONS = ("--seeds",)
 
@@ -40,7 +40,7 @@ def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from marl.llm.loop import mean_curves
+    from societas.marl.llm.loop import mean_curves
 
     mean = mean_curves(list(runs.values()))
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -100,9 +100,9 @@ def make_command(name: str):
     ) -> None:
         from pydantic import ValidationError
 
-        from marl.llm.loop import TrainConfig, train
-        from marl.llm.recipes import RECIPES
-        from marl.llm.trainer import CheckpointError
+        from societas.marl.llm.loop import TrainConfig, train
+        from societas.marl.llm.recipes import RECIPES
+        from societas.marl.llm.trainer import CheckpointError
 
         logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")

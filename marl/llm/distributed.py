@@ -3,7 +3,7 @@
 :class:`RayRollouts` starts ``n_workers`` Ray actors; each builds its own
 models exactly as the training loop does in its own process (the frozen base
 from ``load_llm(model)`` and one trainable copy per recipe policy, see
-``marl.llm.loop._Backend``). A call of :meth:`RayRollouts.run`::
+``societas.marl.llm.loop._Backend``). A call of :meth:`RayRollouts.run`::
 
     refs     = ray.put(state dict) for each policy            (once, shared by every actor)
     shards   = episodes cut into n_workers contiguous slices  (as even as possible, order kept)
@@ -28,8 +28,8 @@ from typing import Any, Self
 
 import torch
 
-from marl.llm.loop import Episode, EpisodeResult, Recipe
-from marl.llm.trainer import GRPOConfig
+from societas.marl.llm.loop import Episode, EpisodeResult, Recipe
+from societas.marl.llm.trainer import GRPOConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class _Worker:
 
     def __init__(self, recipe: Recipe, model: str, device: str, threads: int | None,
                  grpo: GRPOConfig | None = None) -> None:
-        from marl.llm.loop import TrainConfig, _Backend
+        from societas.marl.llm.loop import TrainConfig, _Backend
 
         if threads:
             torch.set_num_threads(threads)
@@ -84,7 +84,7 @@ def _shards(n_items: int, n: int) -> list[slice]:
 class RayRollouts:
     """Run a recipe's episodes on ``n_workers`` Ray actors, each with its own copy of the models.
 
-    ``grpo`` is the loop's :class:`~marl.llm.trainer.GRPOConfig`: with
+    ``grpo`` is the loop's :class:`~societas.marl.llm.trainer.GRPOConfig`: with
     ``lora`` set, the actors' policies carry the same adapters, so the
     weights :meth:`run` is sent load into them.
     ``num_cpus`` / ``num_gpus`` are each actor's Ray resources. Ray is started

@@ -13,7 +13,7 @@ module runs the rest, the same way for every recipe::
             trainer.step(its samples, rewards, groups)         (GRPO / GDPO, see PolicyTrainer)
         eval every eval_every steps; checkpoint every checkpoint_every steps
 
-Generation goes through ``agents.LLM``: every policy is served by a
+Generation goes through ``societas.agents.LLM``: every policy is served by a
 ``TransformersLLM`` around the very module its :class:`PolicyTrainer`
 updates (so the next rollout samples from the updated weights with no copy),
 wrapped in a :class:`TokenRecorder` so that token ids and log-probs reach the
@@ -33,7 +33,7 @@ loadable, and ``resume=True`` continues from it). A full-fine-tuning
 checkpoint holds the weights and AdamW's two moments, about 12 bytes per
 parameter (1.5 GiB for the 135M embedded model); the run checks at its start
 and before each save that it fits on the disk and otherwise stops with a
-:class:`~marl.llm.trainer.CheckpointError` naming what is needed and free.
+:class:`~societas.marl.llm.trainer.CheckpointError` naming what is needed and free.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from marl.llm.rollouts import TokenRecorder, TokenSample
-from marl.llm.trainer import GRPOConfig, PolicyTrainer, check_free_space
+from societas.marl.llm.rollouts import TokenRecorder, TokenSample
+from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer, check_free_space
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def policy_tokenizer(llm: Any, recipe: str) -> Any:
 def sample_from_completion(policy: str, prompt: Any, completion: Any, tokenizer: Any, group: str,
                            meta: dict[str, Any] | None = None) -> TokenSample:
     """A :class:`TokenSample` from one direct ``generate`` call (outside a Runtime graph)."""
-    from agents.llm.base import encode_with_tokenizer
+    from societas.agents.llm.base import encode_with_tokenizer
 
     if not completion.token_ids:
         raise ValueError("the completion has no token ids (ask a local backend, e.g. TransformersLLM)")
@@ -241,8 +241,8 @@ class _Backend:
     """The models of a run: trainable policies, their serving LLMs and the frozen base."""
 
     def __init__(self, cfg: TrainConfig, recipe: Recipe) -> None:
-        from agents.llm import load_llm
-        from agents.llm.transformers_llm import TransformersLLM
+        from societas.agents.llm import load_llm
+        from societas.agents.llm.transformers_llm import TransformersLLM
 
         base = load_llm(cfg.model)
         if not isinstance(base, TransformersLLM):
@@ -445,14 +445,14 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
         _save(ckpt_root, backend, {"step": step, "history": history})
 
     total = cfg.sft_steps + cfg.steps
-    from marl.progress import progress_bar
+    from societas.marl.progress import progress_bar
 
     bar = progress_bar(progress, field="reward")
     bar.start()
     task_id = bar.add_task(recipe.name, total=total, completed=min(start, total), reward="")
     try:
         if cfg.rollout_workers > 0:
-            from marl.llm.distributed import RayRollouts
+            from societas.marl.llm.distributed import RayRollouts
 
             pool = RayRollouts(recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads,
                                   grpo=cfg.grpo)
@@ -527,7 +527,7 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
 
 
 def _group_tensor(groups: Sequence[Hashable]) -> torch.Tensor:
-    from marl.llm.advantages import group_ids
+    from societas.marl.llm.advantages import group_ids
 
     return torch.as_tensor(group_ids([g if isinstance(g, Hashable) else repr(g) for g in groups]), dtype=torch.long)
 

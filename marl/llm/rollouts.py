@@ -1,11 +1,11 @@
 """Rollouts: from Runtime traces to token-level samples for policy gradients.
 
-A graph run yields a :class:`~topology.trace.Trace`. For training, each
+A graph run yields a :class:`~societas.topology.trace.Trace`. For training, each
 message sent by an agent whose role trains a policy becomes a
 :class:`TokenSample`:
 
 * ``prompt_ids`` — the prompt exactly as a local backend tokenised it for
-  generation (:func:`agents.llm.base.encode_with_tokenizer`: the tokenizer's
+  generation (:func:`societas.agents.llm.base.encode_with_tokenizer`: the tokenizer's
   chat template with the generation prompt, the same path as
   ``TransformersLLM``);
 * ``completion_ids`` — the tokens the model generated (end-of-sequence
@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from agents.llm.base import (
+from societas.agents.llm.base import (
     Completion,
     Prompt,
     SamplingParams,
@@ -51,8 +51,8 @@ from agents.llm.base import (
     encode_with_tokenizer,
     normalize_prompt,
 )
-from topology.graph import Graph
-from topology.trace import Trace, TraceEvent
+from societas.topology.graph import Graph
+from societas.topology.trace import Trace, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class RoleMap:
 
     :meth:`from_policies` builds one from ``{policy: [roles...]}``, refusing a
     role listed under two policies. :meth:`validate` checks the map against a
-    :class:`~topology.graph.Graph`.
+    :class:`~societas.topology.graph.Graph`.
     """
 
     def __init__(self, assign: Mapping[str, str], policies: Sequence[str] | None = None) -> None:
@@ -344,7 +344,7 @@ def samples_from_trace(
     """One :class:`TokenSample` per agent message whose sender trains a policy.
 
     The prompt is re-rendered from the event's chat turns with
-    :func:`~agents.llm.base.encode_with_tokenizer` — the rendering every local
+    :func:`~societas.agents.llm.base.encode_with_tokenizer` — the rendering every local
     backend uses for generation — so ``tokenizer`` must be the generating
     backend's. Completion ids come from ``meta["token_ids"]`` (or
     ``meta["token_segments"]``); a trained event without them raises

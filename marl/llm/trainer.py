@@ -2,7 +2,7 @@
 
 :class:`PolicyTrainer` wraps ONE trainable Hugging Face causal LM (full
 fine-tuning, or LoRA through ``peft`` when ``GRPOConfig.lora`` is set) and
-turns a batch of :class:`~marl.llm.rollouts.TokenSample` with their rewards
+turns a batch of :class:`~societas.marl.llm.rollouts.TokenSample` with their rewards
 into ``epochs`` optimizer steps::
 
     A      = grpo / dr_grpo / gdpo advantages of the rewards over the groups
@@ -48,9 +48,9 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages
-from marl.llm.losses import LOSS_TYPES, policy_loss
-from marl.llm.rollouts import TokenSample, collate, sequence_logprobs
+from societas.marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages
+from societas.marl.llm.losses import LOSS_TYPES, policy_loss
+from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
 
 __all__ = ["GRPOConfig", "PolicyTrainer"]
 
@@ -186,10 +186,10 @@ class PolicyTrainer:
         """Compute advantages and take ``config.epochs`` optimizer steps on ``samples``.
 
         Args:
-            samples: token samples (:func:`~marl.llm.rollouts.samples_from_trace`).
+            samples: token samples (:func:`~societas.marl.llm.rollouts.samples_from_trace`).
             rewards: [B] or [B, R] rewards, one row per sample.
             groups: [B] integer group ids, or B hashable keys (see
-                :func:`~marl.llm.advantages.group_ids`); default: each sample's ``group_key``.
+                :func:`~societas.marl.llm.advantages.group_ids`); default: each sample's ``group_key``.
 
         Returns metrics averaged over the epochs: ``loss``, ``kl``,
         ``clip_fraction``, ``ratio``, ``grad_norm`` (before clipping),
@@ -444,10 +444,10 @@ class PolicyTrainer:
     def sync_to(self, llm: Any) -> bool:
         """Make ``llm`` generate with the trained weights.
 
-        A :class:`~agents.llm.vllm_llm.VLLMLLM` gets the full state dict (LoRA
+        A :class:`~societas.agents.llm.vllm_llm.VLLMLLM` gets the full state dict (LoRA
         merged first) through its ``load_weights``, which swaps the engine's
         weights in place and clears its prefix cache; it returns ``True``.
-        For a :class:`~agents.llm.transformers_llm.TransformersLLM`:
+        For a :class:`~societas.agents.llm.transformers_llm.TransformersLLM`:
 
         If ``llm.model`` is the module this trainer updates (build the trainer
         with ``PolicyTrainer(llm.model, llm.tokenizer, ...)``) — including the

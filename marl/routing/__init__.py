@@ -1,14 +1,14 @@
-"""societas.marl.routing — learned routing over a :class:`topology.Graph` of agents.
+"""societas.marl.routing — learned routing over a :class:`societas.topology.Graph` of agents.
 
 A routing environment where a team of agents holds the pieces of each task
 and must get them to an agent that can solve it and on to the answerer,
 paying for every message (:mod:`.env`; a vectorised torch path and the same
-episode run by :class:`topology.Runtime` with skill-profile FunctionLLM or
+episode run by :class:`societas.topology.Runtime` with skill-profile FunctionLLM or
 real LLM agents); GPTSwarm's edge-logit REINFORCE (:mod:`.gptswarm`); a
 G-Designer-style task-conditioned graph policy, a GNN over the agents plus a
 task node (:mod:`.gdesigner`); and :func:`train_routing`, which trains either
-one, writes a run directory and returns the pruned :class:`topology.Graph`
-(``python -m marl train routing ...``, see :mod:`.cli`).
+one, writes a run directory and returns the pruned :class:`societas.topology.Graph`
+(``python -m societas.marl train routing ...``, see :mod:`.cli`).
 """
 
 from .env import (

@@ -1,7 +1,7 @@
-"""Command line: ``python -m marl train routing --method gdesigner --steps N --seed S --out DIR [--json]``.
+"""Command line: ``python -m societas.marl train routing --method gdesigner --steps N --seed S --out DIR [--json]``.
 
 ``app`` is a typer app whose ``routing`` command trains a routing policy
-(:func:`marl.routing.train_routing`) and writes the run directory. A YAML
+(:func:`societas.marl.routing.train_routing`) and writes the run directory. A YAML
 file given with ``--config`` holds a :class:`RoutingTrainConfig`; flags given
 on the command line override it. Bad values exit with status 2 and one short
 line on standard error; ``--json`` prints the result as one JSON object on
@@ -88,7 +88,7 @@ def routing_command(
 
 
 def main() -> None:
-    app(prog_name="python -m marl train")
+    app(prog_name="python -m societas.marl train")
 
 
 if __name__ == "__main__":

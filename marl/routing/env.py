@@ -15,7 +15,7 @@ that knows every fact tries to solve the task (it succeeds when its draw
 after it, or nobody. A message carries everything the sender knows: its facts
 and, if it has one, the answer. The candidate graph is therefore the DAG of
 all edges ``i -> j`` with ``i < j`` (acyclic by construction, as in GPTSwarm),
-and one pass over it is one run of a :class:`topology.Runtime`, whose
+and one pass over it is one run of a :class:`societas.topology.Runtime`, whose
 supersteps play the role of communication rounds. The reward is
 
     r = success - cost_per_message * messages,
@@ -32,12 +32,12 @@ Two paths compute the same episode:
   :class:`RoutingEpisode`, where each agent's action is its set of
   recipients), vectorised in torch over a batch of tasks and adjacencies;
 * the *agent-graph path*: :meth:`RoutingEnv.graph` turns an edge set into a
-  :class:`topology.Graph` (through a :class:`topology.GraphSpec`), and
-  :func:`run_runtime` runs it with :class:`topology.Runtime` on each task,
-  with :func:`skill_agents_llm` (a :class:`agents.FunctionLLM` that follows the
-  skill profiles) or any LLM URI of :func:`agents.load_llm`. Private facts go
+  :class:`societas.topology.Graph` (through a :class:`societas.topology.GraphSpec`), and
+  :func:`run_runtime` runs it with :class:`societas.topology.Runtime` on each task,
+  with :func:`skill_agents_llm` (a :class:`societas.agents.FunctionLLM` that follows the
+  skill profiles) or any LLM URI of :func:`societas.agents.load_llm`. Private facts go
   into each holder's system prompt; success is read from the answerer's
-  output and messages are counted from the :class:`topology.Trace` (every
+  output and messages are counted from the :class:`societas.topology.Trace` (every
   event's receivers).
 
 Both paths use the same per-task draws, derived by hashing the task's ``uid``
@@ -58,10 +58,10 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents import FunctionLLM, load_llm
-from agents.llm.base import LLM, ChatMessage
-from marl.device import resolve_device
-from topology import Graph, NodeSpec, Runtime
+from societas.agents import FunctionLLM, load_llm
+from societas.agents.llm.base import LLM, ChatMessage
+from societas.marl.device import resolve_device
+from societas.topology import Graph, NodeSpec, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -585,7 +585,7 @@ class RoutingEnv:
         llm: str = "embedded",
         max_new_tokens: int = 64,
     ) -> Graph:
-        """The :class:`topology.Graph` of an edge set ``adj`` (``[N, N]``), built through a GraphSpec.
+        """The :class:`societas.topology.Graph` of an edge set ``adj`` (``[N, N]``), built through a GraphSpec.
 
         Agents without any edge are left out (they would only cost a call)
         unless ``drop_isolated=False``; the answerer is always kept and is the
@@ -615,7 +615,7 @@ class RoutingEnv:
                 )
             )
         edges = [(names[i], names[j]) for i, j in a.nonzero().tolist()]
-        meta = {"env": "marl.routing", "n_agents": self.n_agents}
+        meta = {"env": "societas.marl.routing", "n_agents": self.n_agents}
         if task is not None:
             meta["task_uid"] = task.uid
         return Graph.build(name, nodes, edges, final=names[self.sink], llms={"default": llm}, meta=meta)
@@ -681,7 +681,7 @@ def skill_agents_llm(env: RoutingEnv, *, name: str = "skill-agents") -> Function
 
 @dataclass
 class RuntimeEvaluation:
-    """Results of running edge sets through :class:`topology.Runtime`, one task per run."""
+    """Results of running edge sets through :class:`societas.topology.Runtime`, one task per run."""
 
     success: list[float]
     messages: list[int]
@@ -708,10 +708,10 @@ def run_runtime(
     keep_results: bool = False,
     drop_isolated: bool = True,
 ) -> RuntimeEvaluation:
-    """Run each task through :class:`topology.Runtime` on the graph of its edge set.
+    """Run each task through :class:`societas.topology.Runtime` on the graph of its edge set.
 
     ``adj`` is one ``[N, N]`` edge set for every task or ``[B, N, N]``, one per
-    task. ``llm`` is an LLM object or a :func:`agents.load_llm` URI (a real
+    task. ``llm`` is an LLM object or a :func:`societas.agents.load_llm` URI (a real
     model, for evaluation); by default :func:`skill_agents_llm`. A message is
     one delivery of a node's output to one receiver (summed over the trace's
     events); success means the answerer's last ``ANSWER: n`` is correct.

@@ -19,7 +19,7 @@ adds agent-agent links to the encoder graph. Per task:
 The GNN is a stack of GCN layers ``H' = D^-1/2 (A + I) D^-1/2 H W`` or GAT
 layers (both written here in torch, dense, batched over tasks). Training
 maximises the utility ``u = success - cost * messages`` by REINFORCE with a
-moving-average baseline (:func:`marl.routing.gptswarm.reinforce_update`)
+moving-average baseline (:func:`societas.marl.routing.gptswarm.reinforce_update`)
 and adds the paper's regularisers:
 
     L = -(u - b) log p(G | task)  +  beta_rank ||S||_*  +  beta_anchor BCE(S, A_anchor)  +  beta_kl KL(q(Z) || N(0, I))
@@ -50,7 +50,7 @@ the structured profile and the task type, which is what the text would
 encode here), the paper's two-stage decoder (a sketched dense topology refined
 by a separate sparsity step — one decoder with the regulariser stands in for
 both) and its temporal (multi-round) edges. Thresholding the decoded
-probabilities at 0.5 gives each task's pruned :class:`topology.Graph`
+probabilities at 0.5 gives each task's pruned :class:`societas.topology.Graph`
 (:meth:`GDesignerRouter.graphs`).
 """
 
@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F
 
-from topology import Graph
+from societas.topology import Graph
 
 from .env import RoutingEnv, TaskBatch
 from .gptswarm import RouterSample, sample_edges
@@ -269,7 +269,7 @@ class GDesignerRouter(nn.Module):
         return torch.optim.Adam(self.parameters(), lr=lr if lr is not None else self.config.lr)
 
     def graphs(self, env: RoutingEnv, tasks: TaskBatch, *, prune: bool = True, name: str = "gdesigner") -> list[Graph]:
-        """One :class:`topology.Graph` per task (dead-end edges dropped when ``prune``)."""
+        """One :class:`societas.topology.Graph` per task (dead-end edges dropped when ``prune``)."""
         adj = self.adjacency(tasks)
         if prune:
             adj = env.prune_dead_ends(adj)

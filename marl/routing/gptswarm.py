@@ -21,8 +21,8 @@ moving-average baseline, ``b <- m b + (1 - m) mean(u)``. The optimiser is Adam
 with learning rate 0.1, as in the paper, and the logits start at ``p = 0.5``.
 After training, the pruned graph keeps the edges with ``p_e > 0.5``
 (:meth:`GPTSwarmRouter.adjacency`) and :meth:`GPTSwarmRouter.graph` returns it
-as a :class:`topology.Graph`. One graph serves every task: GPTSwarm's edges do
-not depend on the task (compare :mod:`marl.routing.gdesigner`).
+as a :class:`societas.topology.Graph`. One graph serves every task: GPTSwarm's edges do
+not depend on the task (compare :mod:`societas.marl.routing.gdesigner`).
 
 :func:`reinforce_update` is the shared learning step (G-Designer uses it too,
 adding its regularisers through ``RouterSample.aux_loss``).
@@ -38,7 +38,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from topology import Graph
+from societas.topology import Graph
 
 from .env import RoutingEnv, TaskBatch
 
@@ -75,7 +75,7 @@ class RouterSample:
 
 
 class Router(Protocol):
-    """What :func:`reinforce_update` and :mod:`marl.routing.train` need from a routing policy."""
+    """What :func:`reinforce_update` and :mod:`societas.marl.routing.train` need from a routing policy."""
 
     def sample(self, tasks: TaskBatch, generator: torch.Generator) -> RouterSample: ...
 
@@ -177,7 +177,7 @@ class GPTSwarmRouter(nn.Module):
         return torch.optim.Adam(self.parameters(), lr=lr if lr is not None else self.config.lr)
 
     def graph(self, env: RoutingEnv, *, prune: bool = True, name: str = "gptswarm") -> Graph:
-        """The learned topology as a :class:`topology.Graph` (dead-end edges dropped when ``prune``)."""
+        """The learned topology as a :class:`societas.topology.Graph` (dead-end edges dropped when ``prune``)."""
         adj = self.adjacency()
         if prune:
             adj = env.prune_dead_ends(adj)

@@ -1,14 +1,14 @@
 """The routing environment as a batched multi-agent env: each agent a (neural) policy.
 
-:class:`RoutingMARLEnv` wraps :class:`marl.routing.env.RoutingEnv` in the
-:class:`marl.comm.envs.base.BatchedMultiAgentEnv` contract, so MAPPO/IPPO
-(:class:`marl.comm.mappo.MAPPO`) train one policy per agent (or one shared
+:class:`RoutingMARLEnv` wraps :class:`societas.marl.routing.env.RoutingEnv` in the
+:class:`societas.marl.comm.envs.base.BatchedMultiAgentEnv` contract, so MAPPO/IPPO
+(:class:`societas.marl.comm.mappo.MAPPO`) train one policy per agent (or one shared
 policy with an agent id) that decides, at the agent's turn, whom to message.
 The graph-level learners (GPTSwarm, G-Designer) pick a whole edge set per
 task; here every edge is an action of the agent that sends it, chosen from
 what that agent knows at that moment.
 
-Semantics (those of :class:`~marl.routing.env.RoutingEpisode`, which this env
+Semantics (those of :class:`~societas.marl.routing.env.RoutingEpisode`, which this env
 drives; nothing is re-implemented): ``B`` tasks are sampled with
 :meth:`RoutingEnv.sample_tasks`; agents act once each in node order; at its
 turn an agent that knows every fact tries the task (draw ``< skill``), then
@@ -73,8 +73,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from marl.comm.envs.base import BatchedMultiAgentEnv
-from marl.device import resolve_device
+from societas.marl.comm.envs.base import BatchedMultiAgentEnv
+from societas.marl.device import resolve_device
 
 from .env import RoutingEnv, RoutingEnvConfig, RoutingEpisode, RoutingOutcome, TaskBatch
 

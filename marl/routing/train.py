@@ -10,14 +10,14 @@ code, a dict or a YAML file) and writes to ``out_dir``:
   ``eval_messages``, ``eval_reward`` and ``eval_edges``;
 - ``learning_curve.png`` — success, reward and messages against updates,
   with the fully connected graph for reference;
-- the learned topology as a :class:`topology.Graph`: ``graph.yaml``,
+- the learned topology as a :class:`societas.topology.Graph`: ``graph.yaml``,
   ``graph.mmd`` (Mermaid) and ``graph.png`` for GPTSwarm (one graph for every
   task); ``graph_<type>.{yaml,mmd,png}`` per task type for G-Designer;
 - ``summary.md`` and ``result.json`` — the learned routing on held-out tasks
   against the fully connected graph, the empty graph and random graphs with
   the same number of edges (success, messages per task, reward), and the same
-  learned graphs run through :class:`topology.Runtime` with skill-profile
-  :class:`agents.FunctionLLM` agents (which must agree with the fast path).
+  learned graphs run through :class:`societas.topology.Runtime` with skill-profile
+  :class:`societas.agents.FunctionLLM` agents (which must agree with the fast path).
 
 Training shows a rich progress bar on standard error when ``progress=True``.
 """
@@ -36,11 +36,11 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from marl.device import resolve_device
-from marl.progress import progress_bar
-from topology import Graph, graph_to_mermaid, render_graph_png
-from topology.errors import SpecError
-from topology.spec import load_yaml_bounded, spec_error_from_validation
+from societas.marl.device import resolve_device
+from societas.marl.progress import progress_bar
+from societas.topology import Graph, graph_to_mermaid, render_graph_png
+from societas.topology.errors import SpecError
+from societas.topology.spec import load_yaml_bounded, spec_error_from_validation
 
 from .env import RoutingEnv, RoutingEnvConfig, TaskBatch, run_runtime
 from .gdesigner import GDesignerConfig, GDesignerRouter
@@ -76,7 +76,7 @@ class RoutingTrainConfig(BaseModel):
     device: str = "auto"
     eval_every: int = Field(50, ge=1, description="updates between held-out evaluations in metrics.jsonl")
     eval_tasks: int = Field(2000, ge=1, description="held-out tasks of the final comparison")
-    runtime_tasks: int = Field(100, ge=0, description="held-out tasks also run through topology.Runtime")
+    runtime_tasks: int = Field(100, ge=0, description="held-out tasks also run through societas.topology.Runtime")
     prune_dead_ends: bool = Field(True, description="drop learned edges that cannot reach the answerer")
     gptswarm: GPTSwarmConfig = Field(default_factory=GPTSwarmConfig)
     gdesigner: GDesignerConfig = Field(default_factory=GDesignerConfig)
@@ -271,7 +271,7 @@ def _summary_md(res: RoutingRunResult, env: RoutingEnv) -> str:
     if res.runtime:
         n = cfg.runtime_tasks
         lines += [
-            f"Through `topology.Runtime` with skill-profile FunctionLLM agents ({n} held-out tasks):",
+            f"Through `societas.topology.Runtime` with skill-profile FunctionLLM agents ({n} held-out tasks):",
             "",
             "| topology | success | messages / task | LLM calls / task |",
             "|---|---|---|---|",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents import (
+from societas.agents import (
     Agent,
     FunctionLLM,
     SamplingParams,
@@ -19,7 +19,7 @@ from agents import (
     numeric_answer,
     role_prompt,
 )
-from agents.llm.base import broadcast_params, normalize_prompt, truncate_at_stop
+from societas.agents.llm.base import broadcast_params, normalize_prompt, truncate_at_stop
 
 ROLES = ["orchestrator", "planner", "coder", "tester", "debugger", "proposer", "solver", "speaker", "listener", "persona", "aggregator"]
 

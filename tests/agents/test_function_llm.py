@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.llm import FunctionLLM, SamplingParams
+from societas.agents.llm import FunctionLLM, SamplingParams
 
 CODE = "def f(x):\n    if x:\n\treturn 1\n    return 2\n"
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from agents.llm.base import LLM, SamplingParams
-from agents.llm.openai_compat import LLMServerError, OpenAICompatibleLLM
+from societas.agents.llm.base import LLM, SamplingParams
+from societas.agents.llm.openai_compat import LLMServerError, OpenAICompatibleLLM
 from tests.agents.openai_server import OpenAITestServer, Reply, fake_logprob, fake_token_id, fake_tokenize
 
 FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}
@@ -239,7 +239,7 @@ def test_concurrency_limit_is_respected() -> None:
 )
 def test_transient_faults_are_retried(faults: list[tuple], caplog: pytest.LogCaptureFixture) -> None:
     with OpenAITestServer(echo, faults=faults) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
-        with caplog.at_level(logging.WARNING, logger="agents.llm.openai_compat"):
+        with caplog.at_level(logging.WARNING, logger="societas.agents.llm.openai_compat"):
             out = llm.generate(["again"])
         assert out[0][0].text == "echo: again"
         assert len(srv.requests) == len(faults) + 1
@@ -430,7 +430,7 @@ def test_test_server_rejects_bad_fault_specs() -> None:
 def test_serves_the_embedded_model_end_to_end(embedded_llm) -> None:
     """A localhost server answering from the embedded model: the client returns
     what the model itself generates, and load_llm's openai: URI reaches it."""
-    from agents.llm import load_llm
+    from societas.agents.llm import load_llm
 
     def from_model(messages: list[dict], body: dict) -> str:
         p = SamplingParams(temperature=0.0, max_new_tokens=body.get("max_tokens") or 16)

@@ -1,4 +1,4 @@
-"""Containment proofs for :mod:`agents.sandbox`.
+"""Containment proofs for :mod:`societas.agents.sandbox`.
 
 Each hostile behaviour (endless loop, memory bomb, fork bomb, network access,
 writes outside the scratch directory, reading the parent's secrets, output
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import agents.sandbox as sandbox_module
-from agents.sandbox import (
+import societas.agents.sandbox as sandbox_module
+from societas.agents.sandbox import (
     SANDBOX_DIR,
     BwrapStatus,
     Sandbox,
@@ -441,8 +441,8 @@ def test_pythonpath_makes_packages_importable(backend, tmp_path):
     (lib / "societas_probe_mod.py").write_text("VALUE = 42\n")
     code = src(
         """
-        import societas_probe_mod, agents.parsers
-        print(societas_probe_mod.VALUE, agents.parsers.__file__)
+        import societas_probe_mod, societas.agents.parsers
+        print(societas_probe_mod.VALUE, societas.agents.parsers.__file__)
         """
     )
     result = run_python(code, backend=backend, pythonpath=[str(lib), str(REPO_ROOT)])
@@ -472,7 +472,7 @@ def test_missing_bwrap_falls_back_with_a_warning_or_raises(monkeypatch, caplog):
     monkeypatch.setattr(sandbox_module, "_bwrap_cached", missing)
     monkeypatch.setattr(sandbox_module, "_warned", set())
     assert not bwrap_available()
-    with caplog.at_level(logging.WARNING, logger="agents.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="societas.agents.sandbox"):
         first = run_python("print('x')", backend="auto")
         run_python("print('x')", backend="auto")
     assert first.ok and first.backend == "rlimit"

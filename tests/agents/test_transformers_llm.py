@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from agents.llm import SamplingParams, load_llm
+from societas.agents.llm import SamplingParams, load_llm
 
 PROMPTS = [
     "What is 2+2?",
@@ -96,7 +96,7 @@ def test_embedded_model_answers_offline_and_stops(embedded_llm):
 
 @pytest.mark.slow
 def test_embedded_second_load_is_fast(embedded_dir):
-    from agents.llm.transformers_llm import TransformersLLM
+    from societas.agents.llm.transformers_llm import TransformersLLM
 
     t0 = time.perf_counter()
     llm = TransformersLLM(embedded_dir)
@@ -107,7 +107,7 @@ def test_embedded_second_load_is_fast(embedded_dir):
 
 
 def test_load_llm_shares_instances_and_rejects_bad_uris(tmp_path):
-    from agents.llm import FunctionLLM, UnknownLLM
+    from societas.agents.llm import FunctionLLM, UnknownLLM
 
     a = load_llm("function:tests.agents.test_transformers_llm:_echo")
     assert a is load_llm("function:tests.agents.test_transformers_llm:_echo")
@@ -148,7 +148,7 @@ def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
     left-padded batch, prefill and cached decoding alike."""
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-    from agents.llm.gqa_attention import use_gqa_sdpa
+    from societas.agents.llm.gqa_attention import use_gqa_sdpa
 
     torch.manual_seed(1)
     cfg = LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=96, num_hidden_layers=2,

@@ -19,8 +19,8 @@ import sys
 import pytest
 import torch
 
-from agents.llm.base import SamplingParams
-from agents.llm.vllm_llm import (
+from societas.agents.llm.base import SamplingParams
+from societas.agents.llm.vllm_llm import (
     VLLM_MISSING_MESSAGE,
     VLLMLLM,
     WeightSyncExtension,
@@ -167,7 +167,7 @@ def vllm_llm(embedded_dir):
 
 @pytest.fixture(scope="module")
 def hf_llm(embedded_dir):
-    from agents.llm.transformers_llm import TransformersLLM
+    from societas.agents.llm.transformers_llm import TransformersLLM
 
     return TransformersLLM(embedded_dir, device="cpu", dtype="float32")
 
@@ -304,7 +304,7 @@ def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
     _need_vllm()
     from safetensors.torch import load_file
 
-    from agents.llm.transformers_llm import TransformersLLM
+    from societas.agents.llm.transformers_llm import TransformersLLM
 
     greedy = GREEDY
     before = vllm_llm.generate(PROMPTS, greedy)
@@ -334,13 +334,13 @@ def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
 
 @pytest.mark.slow
 def test_policy_trainer_syncs_its_update_into_vllm(vllm_llm, embedded_dir):
-    """One GRPO step of marl.llm.PolicyTrainer, then sync_to(vLLM): the engine serves the updated policy."""
+    """One GRPO step of societas.marl.llm.PolicyTrainer, then sync_to(vLLM): the engine serves the updated policy."""
     _need_vllm()
     from safetensors.torch import load_file
 
-    from agents.llm.transformers_llm import TransformersLLM
-    from marl.llm.rollouts import TokenSample
-    from marl.llm.trainer import GRPOConfig, PolicyTrainer
+    from societas.agents.llm.transformers_llm import TransformersLLM
+    from societas.marl.llm.rollouts import TokenSample
+    from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
 
     policy = TransformersLLM(embedded_dir, device="cpu", dtype="float32")
     comps = policy.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=3, logprobs=True))[0]
@@ -359,14 +359,14 @@ def test_policy_trainer_syncs_its_update_into_vllm(vllm_llm, embedded_dir):
 
 @pytest.mark.slow
 def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embedded_dir):
-    """marl.llm.loop's backend with a vLLM engine as the policy's server: rollouts carry vLLM's
+    """societas.marl.llm.loop's backend with a vLLM engine as the policy's server: rollouts carry vLLM's
     token ids and log-probs, and after an update the engine computes the updated policy."""
     _need_vllm()
     from safetensors.torch import load_file
 
-    from marl.llm.loop import TrainConfig, _Backend
-    from marl.llm.rollouts import TokenSample
-    from marl.llm.recipes.selfplay import SelfPlayRecipe
+    from societas.marl.llm.loop import TrainConfig, _Backend
+    from societas.marl.llm.rollouts import TokenSample
+    from societas.marl.llm.recipes.selfplay import SelfPlayRecipe
 
     recipe = SelfPlayRecipe(shared=True)
     backend = _Backend(TrainConfig(model="embedded", grpo={"lr": 1e-3}), recipe)
@@ -376,7 +376,7 @@ def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embed
         rec = backend.llms()["policy"]
         assert rec.llm is vllm_llm
         row = rec.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=5))[0]
-        from agents.llm.base import encode_with_tokenizer
+        from societas.agents.llm.base import encode_with_tokenizer
 
         ids = encode_with_tokenizer(backend.tokenizer, PROMPTS[:1])[0]
         samples = [TokenSample("policy", list(ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
@@ -385,7 +385,7 @@ def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embed
         trainer = backend.trainers["policy"]
         trainer.step(samples, [1.0, 0.0], groups=[0, 0])
         backend.sync("policy")
-        from agents.llm.transformers_llm import TransformersLLM
+        from societas.agents.llm.transformers_llm import TransformersLLM
 
         served = TransformersLLM(trainer.model, backend.tokenizer, device="cpu")
         after = vllm_llm.generate(PROMPTS, GREEDY)

@@ -13,7 +13,7 @@ import torch
 from mpe2 import simple_reference_v3, simple_speaker_listener_v4
 from pettingzoo.test import parallel_api_test
 
-from marl.comm.envs import (
+from societas.marl.comm.envs import (
     BatchedMultiAgentEnv,
     BatchedParallelEnv,
     PettingZooBatchedEnv,

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from marl.comm.mappo import (
+from societas.marl.comm.mappo import (
     MAPPO,
     MAPPOConfig,
     ValueNorm,
@@ -247,7 +247,7 @@ def test_config_rejects_unknown_names():
 # ------------------------------------------------------ run dir, eval, CLI --
 
 def test_train_comm_writes_a_run_directory_and_evaluates(tmp_path):
-    from marl.comm.train import evaluate, load_policy, train_comm
+    from societas.marl.comm.train import evaluate, load_policy, train_comm
 
     cfg = _cfg(comm="commformer", total_steps=64 * 8 * 3)
     res = train_comm(cfg, tmp_path / "run", progress=False, env=BitEnv(64, seed=0), eval_episodes=20,
@@ -273,7 +273,7 @@ def test_train_comm_writes_a_run_directory_and_evaluates(tmp_path):
 def test_cli_errors_exit_2_and_json_last_line(tmp_path):
     from typer.testing import CliRunner
 
-    from marl.comm.cli import app
+    from societas.marl.comm.cli import app
 
     runner = CliRunner()
     for args, bad in ((["--env", "gridworld"], "gridworld"), (["--algo", "qmix"], "qmix"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marl.comm.modules import (
+from societas.marl.comm.modules import (
     COMM_MODULES,
     DIAL,
     CommFormer,

@@ -1,4 +1,4 @@
-"""``python -m marl train comm|routing``: both commands are mounted under one
+"""``python -m societas.marl train comm|routing``: both commands are mounted under one
 ``train`` group and write their run directories; errors exit 2 in one line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from marl.__main__ import app
+from societas.marl.cli import app
 
 
 def _last_json(output: str) -> dict:

@@ -6,16 +6,16 @@ import random
 
 import pytest
 
-from evolve.config import load_config
-from evolve.evaluator import TaskEvaluator
-from evolve.mutation import perturb_constants
-from evolve.program import frozen_parts_equal
-from evolve.task import load_task
+from societas.evolve.config import load_config
+from societas.evolve.evaluator import TaskEvaluator
+from societas.evolve.mutation import perturb_constants
+from societas.evolve.program import frozen_parts_equal
+from societas.evolve.task import load_task
 
 
 @pytest.mark.slow
 def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
-    from marl.games import CFRSolver, get_algorithm
+    from societas.marl.games import CFRSolver, get_algorithm
 
     task = load_task("cfr")
     cfg = load_config(task.config_path)
@@ -25,7 +25,7 @@ def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
     job = evaluator.job(task.initial_program)
     from dataclasses import replace
 
-    from evolve.evaluator import run_evaluation
+    from societas.evolve.evaluator import run_evaluation
 
     out = run_evaluation(replace(job, stages=("evaluate_stage1",)))
     assert out.status == "ok", out.failure
@@ -43,7 +43,7 @@ def test_a_perturbed_seed_is_a_different_valid_algorithm():
     assert frozen_parts_equal(task.initial_program, child) and child != task.initial_program
     from dataclasses import replace
 
-    from evolve.evaluator import run_evaluation
+    from societas.evolve.evaluator import run_evaluation
 
     job = TaskEvaluator(task.evaluator_path, cfg.evaluator).job(child)
     out = run_evaluation(replace(job, stages=("evaluate_stage1",)))
@@ -55,8 +55,8 @@ def test_seed_hooks_are_cfr_plus_bit_for_bit_on_every_training_game():
     """The seed's knobs (discount 0, floor 0, optimism 0, powers 1) are exact identities of CFR+."""
     import importlib.util
 
-    from evolve.tasks.cfr.evaluator import TRAIN_GAMES
-    from marl.games import CFRSolver, get_algorithm
+    from societas.evolve.tasks.cfr.evaluator import TRAIN_GAMES
+    from societas.marl.games import CFRSolver, get_algorithm
 
     task = load_task("cfr")
     spec = importlib.util.spec_from_file_location("cfr_seed", task.directory / "initial_program.py")
@@ -69,8 +69,8 @@ def test_seed_hooks_are_cfr_plus_bit_for_bit_on_every_training_game():
 
 
 def test_baselines_are_offered_as_programs_and_the_horizon_reaches_them(tmp_path):
-    from evolve.held_out import held_out_baselines
-    from evolve.tasks.cfr import evaluator as cfr_evaluator
+    from societas.evolve.held_out import held_out_baselines
+    from societas.evolve.tasks.cfr import evaluator as cfr_evaluator
 
     task = load_task("cfr")
     baselines = held_out_baselines(task.evaluator_path)

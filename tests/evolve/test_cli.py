@@ -1,4 +1,4 @@
-"""``python -m evolve``: JSON output, exit codes, report, and a SIGKILL mid-run followed by --resume."""
+"""``python -m societas.evolve``: JSON output, exit codes, report, and a SIGKILL mid-run followed by --resume."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from evolve.config import load_config
-from evolve.controller import Controller
-from evolve.task import load_task
+from societas.evolve.config import load_config
+from societas.evolve.controller import Controller
+from societas.evolve.task import load_task
 
 from .test_controller import signature
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.llm import FunctionLLM
-from evolve.config import load_config
-from evolve.controller import Controller, RunError
-from evolve.database import ProgramStore
-from evolve.evaluator import TaskError
-from evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
-from evolve.mutation import LLMEnsemble
-from evolve.task import load_task
+from societas.agents.llm import FunctionLLM
+from societas.evolve.config import load_config
+from societas.evolve.controller import Controller, RunError
+from societas.evolve.database import ProgramStore
+from societas.evolve.evaluator import TaskError
+from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
+from societas.evolve.mutation import LLMEnsemble
+from societas.evolve.task import load_task
 
 from .scripted_llm import answer
 
@@ -122,7 +122,7 @@ def test_resume_continues_without_reevaluating(tmp_path, monkeypatch):
     partial = run(tmp_path, "part", iterations=6)
     assert partial.iterations == 6
     before = signature(tmp_path / "part")
-    import evolve.controller as controller_module
+    import societas.evolve.controller as controller_module
 
     evaluated = []
     real = controller_module.run_evaluation

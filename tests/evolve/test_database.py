@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from evolve.config import DatabaseConfig
-from evolve.database import Population, ProgramStore, code_difference, derive_rng
-from evolve.program import Program
+from societas.evolve.config import DatabaseConfig
+from societas.evolve.database import Population, ProgramStore, code_difference, derive_rng
+from societas.evolve.program import Program
 
 
 def prog(iteration, fitness, code=None, island=0, status="ok"):

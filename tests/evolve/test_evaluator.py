@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import bwrap_status
-from evolve.config import EvaluatorConfig
-from evolve.evaluator import TaskError, TaskEvaluator, validate_metrics
+from societas.agents.sandbox import bwrap_status
+from societas.evolve.config import EvaluatorConfig
+from societas.evolve.evaluator import TaskError, TaskEvaluator, validate_metrics
 
 BWRAP = bwrap_status()
 needs_bwrap = [

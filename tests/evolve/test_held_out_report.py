@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from evolve.config import ConfigError, load_config, parse_config
-from evolve.controller import Controller
-from evolve.evaluator import TaskEvaluator
-from evolve.executors import ProcessExecutor
-from evolve.held_out import HELD_OUT_FILE, held_out_baselines, supports_held_out
-from evolve.report import resolve_run_dir, write_report
-from evolve.task import load_task
+from societas.evolve.config import ConfigError, load_config, parse_config
+from societas.evolve.controller import Controller
+from societas.evolve.evaluator import TaskEvaluator
+from societas.evolve.executors import ProcessExecutor
+from societas.evolve.held_out import HELD_OUT_FILE, held_out_baselines, supports_held_out
+from societas.evolve.report import resolve_run_dir, write_report
+from societas.evolve.task import load_task
 
 CURVE_FIT = Path(__file__).parent / "tasks" / "curve_fit"
 

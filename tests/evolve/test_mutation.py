@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from agents.llm import FunctionLLM
-from evolve.config import parse_config
-from evolve.mutation import (
+from societas.agents.llm import FunctionLLM
+from societas.evolve.config import parse_config
+from societas.evolve.mutation import (
     LLMEnsemble,
     MutationError,
     MutationRequest,
@@ -23,7 +23,7 @@ from evolve.mutation import (
     swap_function,
     swap_operator,
 )
-from evolve.program import Program, extract_evolve_blocks, frozen_parts_equal
+from societas.evolve.program import Program, extract_evolve_blocks, frozen_parts_equal
 
 CODE = '''import torch
 

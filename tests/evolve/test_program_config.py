@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.config import ConfigError, LLMModelConfig, load_config, parse_config
-from evolve.program import (
+from societas.evolve.config import ConfigError, LLMModelConfig, load_config, parse_config
+from societas.evolve.program import (
     EvolveBlockError,
     Program,
     extract_evolve_blocks,

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from evolve.config import load_config
-from evolve.evaluator import TaskEvaluator, run_evaluation
-from evolve.held_out import held_out_baselines, supports_held_out
-from evolve.task import load_task
+from societas.evolve.config import load_config
+from societas.evolve.evaluator import TaskEvaluator, run_evaluation
+from societas.evolve.held_out import held_out_baselines, supports_held_out
+from societas.evolve.task import load_task
 
 GAME = "kuhn_poker(players=3)"
 
@@ -36,7 +36,7 @@ def test_task_layout_and_baselines():
 
 @pytest.mark.slow
 def test_seed_is_uniform_psro_exactly_in_the_sandbox():
-    from marl.games.psro import run_psro
+    from societas.marl.games.psro import run_psro
 
     task = load_task("psro")
     out = run_evaluation(_job(task.initial_program, "evaluate_stage1", stage1_iterations=3))
@@ -61,7 +61,7 @@ def test_invalid_meta_strategy_fails_with_the_reason():
 
 @pytest.mark.slow
 def test_held_out_baseline_program_runs_in_the_sandbox():
-    from marl.games.psro import run_psro
+    from societas.marl.games.psro import run_psro
 
     task = load_task("psro")
     source = held_out_baselines(task.evaluator_path)["rm"]
@@ -82,9 +82,9 @@ def test_a_short_search_improves_on_the_seed_and_reports_held_out(tmp_path):
     games."""
     from pathlib import Path
 
-    from evolve.controller import Controller
-    from evolve.executors import ProcessExecutor
-    from evolve.report import write_report
+    from societas.evolve.controller import Controller
+    from societas.evolve.executors import ProcessExecutor
+    from societas.evolve.report import write_report
 
     task = load_task("psro")
     cfg = load_config(Path(task.config_path).with_name("demo.yaml"))

@@ -1,4 +1,4 @@
-"""The games command line (``python -m marl.games`` / ``python -m marl games``)
+"""The games command line (``python -m societas.marl.games`` / ``python -m societas.marl games``)
 and the CFR speed benchmark, run as a user would (subprocesses)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _run(*args: str, module: tuple[str, ...] = ("marl.games",), timeout: int = 300) -> subprocess.CompletedProcess:
+def _run(*args: str, module: tuple[str, ...] = ("societas.marl.games",), timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *module, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
@@ -46,12 +46,12 @@ def test_solve_json_matches_openspiel_cfr():
 
 
 @pytest.mark.parametrize("module,args,needle", [
-    (("marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
+    (("societas.marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
     (("marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
-    (("marl.games",), ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"], "foo"),
+    (("societas.marl.games",), ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"], "foo"),
     (("marl", "games"), ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
      "bogus"),
-    (("marl.games",), ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"], "nope_game"),
+    (("societas.marl.games",), ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"], "nope_game"),
 ])
 def test_unknown_game_or_algorithm_exits_2(module, args, needle):
     r = _run(*args, module=module)
@@ -94,8 +94,8 @@ def test_solve_plot_writes_png(tmp_path):
 
 
 def test_helpers():
-    from marl.games.__main__ import expand_multi_args, game_slug
-    from marl.games.plots import log_checkpoints
+    from societas.marl.games.cli import expand_multi_args, game_slug
+    from societas.marl.games.plots import log_checkpoints
 
     assert expand_multi_args(["table", "--algos", "cfr", "cfr+", "--iterations", "3"]) == [
         "table", "--algos", "cfr", "--algos", "cfr+", "--iterations", "3"]

@@ -12,7 +12,7 @@ from open_spiel.python.algorithms import cfr as os_cfr
 from open_spiel.python.algorithms import discounted_cfr as os_dcfr
 from open_spiel.python.algorithms import exploitability as os_expl
 
-from marl.games import (
+from societas.marl.games import (
     CFRSolver,
     GameTreeError,
     best_response,
@@ -21,8 +21,8 @@ from marl.games import (
     load_openspiel_game,
     policy_value,
 )
-from marl.games.algorithms import DCFR
-from marl.games.tree import _build_arrays, build_arrays
+from societas.marl.games.algorithms import DCFR
+from societas.marl.games.tree import _build_arrays, build_arrays
 
 GAMES = [
     "kuhn_poker",

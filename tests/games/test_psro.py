@@ -23,9 +23,9 @@ from open_spiel.python.algorithms import exploitability as os_exploitability
 from open_spiel.python.algorithms import projected_replicator_dynamics as os_prd
 from open_spiel.python.algorithms import regret_matching as os_rm
 
-from marl.games import load_game
-from marl.games import metasolvers as ms
-from marl.games.psro import (
+from societas.marl.games import load_game
+from societas.marl.games import metasolvers as ms
+from societas.marl.games.psro import (
     MetaGame,
     infoset_own_reach,
     joint_policy,
@@ -375,7 +375,7 @@ def test_factorised_meta_game_equals_tree_evaluation(game):
     profile on the tree (``policy_value``), for random populations grown in
     uneven steps (one player gaining no member in a step) and with a pure
     member, whose support restricts the contraction."""
-    from marl.games.evaluate import policy_value
+    from societas.marl.games.evaluate import policy_value
     tree = load_game(game, "cpu")
     N = tree.num_players
     pops = [tree.random_policy(2, seed=7 + p)[:, tree.infoset_slices[p]] for p in range(N)]

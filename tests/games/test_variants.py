@@ -18,8 +18,8 @@ import pyspiel
 import pytest
 import torch
 
-from marl.games import CFRSolver, load_game
-from marl.games.algorithms import DPCFRPlus, HSPCFRPlus, PCFRPlus, VADCFR
+from societas.marl.games import CFRSolver, load_game
+from societas.marl.games.algorithms import DPCFRPlus, HSPCFRPlus, PCFRPlus, VADCFR
 
 # ------------------------------------------------------- reference engine --
 

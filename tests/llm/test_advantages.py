@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from marl.llm import gdpo_advantages, group_ids, grpo_advantages
+from societas.marl.llm import gdpo_advantages, group_ids, grpo_advantages
 
 torch.set_num_threads(1)
 

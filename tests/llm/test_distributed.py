@@ -1,4 +1,4 @@
-"""marl.llm.distributed: rollouts split over Ray actors give the same samples as
+"""societas.marl.llm.distributed: rollouts split over Ray actors give the same samples as
 in this process (per-episode seeds), apply the weights they are sent, surface a
 worker's error, and explain a missing ray; one training step end to end."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from marl.llm.loop import (
+from societas.marl.llm.loop import (
     Episode,
     EpisodeResult,
     Recipe,
@@ -18,7 +18,7 @@ from marl.llm.loop import (
     _Backend,
     episode_seed,
 )
-from marl.llm.rollouts import RoleMap, samples_from_trace
+from societas.marl.llm.rollouts import RoleMap, samples_from_trace
 
 PARAMS = {"temperature": 1.0, "max_new_tokens": 5, "min_new_tokens": 2}
 PROMPTS = ["say hi", "name a fruit", "count to three"]
@@ -47,8 +47,8 @@ class CountA(Recipe):
         return self._episodes(seed + 1, self.prompts[:2])
 
     def run_episodes(self, llms, episodes, *, train: bool) -> list[EpisodeResult]:
-        from topology import Runtime
-        from topology.graph import Graph
+        from societas.topology import Runtime
+        from societas.topology.graph import Graph
 
         if any(e.task == "boom" for e in episodes):
             raise ValueError("boom episode")
@@ -92,7 +92,7 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def pool(ray_session, model_dir):
-    from marl.llm.distributed import RayRollouts
+    from societas.marl.llm.distributed import RayRollouts
 
     with RayRollouts(CountA(), model_dir, 2, threads=1) as p:
         yield p
@@ -138,7 +138,7 @@ def test_worker_error_surfaces(pool):
 
 
 def test_missing_ray_explains(monkeypatch):
-    from marl.llm.distributed import RayRollouts
+    from societas.marl.llm.distributed import RayRollouts
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"needs the 'ray' extra \(pip install 'societas\[ray\]'\)"):
@@ -148,8 +148,8 @@ def test_missing_ray_explains(monkeypatch):
 @pytest.mark.slow
 def test_train_with_rollout_workers(pool, ray_session, model_dir, tmp_path):
     pool.close()  # free its CPUs for the loop's own workers (Ray was started with 2)
-    from marl.llm.loop import train
-    from marl.llm.trainer import GRPOConfig
+    from societas.marl.llm.loop import train
+    from societas.marl.llm.trainer import GRPOConfig
 
     cfg = TrainConfig(model=model_dir, steps=1, eval_every=1, rollout_workers=2, threads=1, grpo=GRPOConfig(lr=1e-3))
     res = train(CountA(), cfg, out=tmp_path / "run")
@@ -164,8 +164,8 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
     """With LoRA, the loop's state dicts hold adapter keys; a rollout worker built
     from the same GRPOConfig loads them and samples as the loop's own policy does."""
     pytest.importorskip("peft")
-    from marl.llm.distributed import _Worker
-    from marl.llm.trainer import GRPOConfig
+    from societas.marl.llm.distributed import _Worker
+    from societas.marl.llm.trainer import GRPOConfig
 
     grpo = GRPOConfig(lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]})
     recipe = CountA()

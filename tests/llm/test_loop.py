@@ -1,4 +1,4 @@
-"""marl.llm.loop: the recipe training loop on a tiny random Llama — run directory,
+"""societas.marl.llm.loop: the recipe training loop on a tiny random Llama — run directory,
 held-out evaluation, skipped degenerate updates, resume after a kill, SFT warm
 start; plus Runtime per-task seeds (what split rollouts rely on)."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from marl.llm.loop import (
+from societas.marl.llm.loop import (
     FROZEN,
     Episode,
     EpisodeResult,
@@ -20,9 +20,9 @@ from marl.llm.loop import (
     sample_from_completion,
     train,
 )
-from marl.llm.rollouts import RoleMap, TokenSample, samples_from_trace
-from topology import Runtime
-from topology.graph import Graph
+from societas.marl.llm.rollouts import RoleMap, TokenSample, samples_from_trace
+from societas.topology import Runtime
+from societas.topology.graph import Graph
 
 torch.set_num_threads(1)
 
@@ -73,7 +73,7 @@ class CountA(Recipe):
         return out
 
     def sft_samples(self, step, seed, tokenizer):
-        from agents.llm.base import encode_with_tokenizer
+        from societas.agents.llm.base import encode_with_tokenizer
 
         ids = tokenizer.encode("aaaa", add_special_tokens=False)
         p = encode_with_tokenizer(tokenizer, ["train prompt 0"])[0]
@@ -128,8 +128,8 @@ def test_resume_continues_and_matches_an_uninterrupted_run(tiny_dir, tmp_path):
 def test_a_full_disk_stops_the_run_clearly_and_loses_nothing_saved(tiny_dir, tmp_path, monkeypatch):
     import shutil
 
-    from marl.llm import CheckpointError
-    from marl.llm import trainer as trainer_mod
+    from societas.marl.llm import CheckpointError
+    from societas.marl.llm import trainer as trainer_mod
 
     real = shutil.disk_usage
     cfg = TrainConfig(model=tiny_dir, steps=2, eval_every=1, checkpoint_every=1, grpo={"lr": 1e-3})
@@ -188,7 +188,7 @@ def test_runtime_seeds_make_a_run_independent_of_its_batch(tiny_llm):
 
 
 def test_sample_from_completion_and_mean_curves(tiny_llm):
-    from agents.llm.base import SamplingParams
+    from societas.agents.llm.base import SamplingParams
 
     c = tiny_llm.generate(["hi"], SamplingParams(max_new_tokens=3, min_new_tokens=3, logprobs=True, seed=1))[0][0]
     s = sample_from_completion("p", "hi", c, tiny_llm.tokenizer, "g", {"turn": 0})

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from marl.llm import policy_loss
+from societas.marl.llm import policy_loss
 
 torch.set_num_threads(1)
 

@@ -13,20 +13,20 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from agents.llm.function import FunctionLLM
-from agents.llm.transformers_llm import TransformersLLM
-from marl.llm.loop import FROZEN, Episode
-from marl.llm.recipes import RECIPES
-from marl.llm.recipes.conductor import (
+from societas.agents.llm.function import FunctionLLM
+from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.loop import FROZEN, Episode
+from societas.marl.llm.recipes import RECIPES
+from societas.marl.llm.recipes.conductor import (
     EXECUTION_REWARDS,
     ConductorRecipe,
     density_reward,
     synthetic_topology,
 )
-from marl.llm.recipes.selfplay import SelfPlayRecipe, heldout_problems
-from marl.llm.rollouts import TokenRecorder
-from topology.layered import DIFFICULTY_NODE_CAPS, parse_layered_yaml
-from topology.patterns.selfplay import (
+from societas.marl.llm.recipes.selfplay import SelfPlayRecipe, heldout_problems
+from societas.marl.llm.rollouts import TokenRecorder
+from societas.topology.layered import DIFFICULTY_NODE_CAPS, parse_layered_yaml
+from societas.topology.patterns.selfplay import (
     _OPERATIONS,
     OPERATION_HOPS,
     arithmetic_task_hops,
@@ -57,8 +57,8 @@ def test_execution_rewards_grade_failures_below_outcomes():
 
 
 def test_turn_reward_by_hand_and_unknown_outcomes_are_errors():
-    from topology.coding import OUTCOMES
-    from topology.patterns.conductor import ConductorTurn
+    from societas.topology.coding import OUTCOMES
+    from societas.topology.patterns.conductor import ConductorTurn
 
     assert set(OUTCOMES) <= set(EXECUTION_REWARDS)  # every graded test outcome has its reward
     rec = ConductorRecipe(density_weight=0.2)
@@ -212,7 +212,7 @@ def test_selfplay_eval_has_solver_accuracy_on_computed_problems(tiny_llm):
 
 
 def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
-    from marl.__main__ import app
+    from societas.marl.cli import app
 
     assert {"conductor", "selfplay"} <= set(RECIPES)
     runner = CliRunner()
@@ -231,8 +231,8 @@ def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
 def test_cli_stops_with_one_line_when_the_checkpoint_cannot_fit(tiny_llm, tmp_path, monkeypatch):
     import shutil
 
-    from marl.__main__ import app
-    from marl.llm import trainer as trainer_mod
+    from societas.marl.cli import app
+    from societas.marl.llm import trainer as trainer_mod
 
     model = tmp_path / "tiny"
     tiny_llm.model.save_pretrained(model)

@@ -12,19 +12,19 @@ import random
 import pytest
 import torch
 
-from agents.llm.function import FunctionLLM
-from agents.llm.transformers_llm import TransformersLLM
-from agents.parsers import answers_match, extract_final_answer
-from marl.llm.loop import FROZEN, Episode, TrainConfig, train
-from marl.llm.recipes.remul import (
+from societas.agents.llm.function import FunctionLLM
+from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.agents.parsers import answers_match, extract_final_answer
+from societas.marl.llm.loop import FROZEN, Episode, TrainConfig, train
+from societas.marl.llm.recipes.remul import (
     RemulRecipe,
     heldout_questions,
     train_questions,
     worked_solution,
 )
-from marl.llm.recipes.selfplay import heldout_problems
-from marl.llm.recipes.society import SocietyRecipe, majority_answer, society_dialogue
-from marl.llm.rollouts import TokenRecorder
+from societas.marl.llm.recipes.selfplay import heldout_problems
+from societas.marl.llm.recipes.society import SocietyRecipe, majority_answer, society_dialogue
+from societas.marl.llm.rollouts import TokenRecorder
 
 torch.set_num_threads(1)
 
@@ -145,7 +145,7 @@ def test_remul_sft_masks_only_the_final_answer_line(tiny_llm):
         assert "Final answer" not in tok.decode([t for t, m in zip(s.completion_ids, s.completion_mask) if not m])
         assert s.meta["question"] not in r._eval_set
     # the SFT prompt is exactly the speaker's prompt in a run
-    from agents.llm.base import encode_with_tokenizer
+    from societas.agents.llm.base import encode_with_tokenizer
 
     q = out[0].meta["question"]
     run_prompt = r.graph().node("speaker")
@@ -244,7 +244,7 @@ def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, 
     seen = []
 
     def replay(msgs):
-        from agents.llm.base import encode_with_tokenizer
+        from societas.agents.llm.base import encode_with_tokenizer
 
         p = tok.decode(encode_with_tokenizer(tok, [msgs])[0])
         seen.append(p)

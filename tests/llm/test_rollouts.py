@@ -1,4 +1,4 @@
-"""marl.llm.rollouts: traces of a real Runtime run on a tiny random Llama become
+"""societas.marl.llm.rollouts: traces of a real Runtime run on a tiny random Llama become
 token samples whose recomputed log-probs equal those reported at generation."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.llm import FunctionLLM
-from marl.llm.rollouts import (
+from societas.agents.llm import FunctionLLM
+from societas.marl.llm.rollouts import (
     LOGPROBS_KEY,
     SEGMENTS_KEY,
     TOKEN_IDS_KEY,
@@ -19,9 +19,9 @@ from marl.llm.rollouts import (
     samples_from_trace,
     sequence_logprobs,
 )
-from topology import Runtime
-from topology.graph import Graph
-from topology.trace import Trace, TraceEvent
+from societas.topology import Runtime
+from societas.topology.graph import Graph
+from societas.topology.trace import Trace, TraceEvent
 
 torch.set_num_threads(1)
 

@@ -1,6 +1,6 @@
-"""marl.llm.trainer: GRPO updates on a tiny random Llama — direction of the update,
+"""societas.marl.llm.trainer: GRPO updates on a tiny random Llama — direction of the update,
 exact gradient accumulation, zero initial KL, resumable checkpoints, a short
-end-to-end run through topology.Runtime that raises the reward, and role masking."""
+end-to-end run through societas.topology.Runtime that raises the reward, and role masking."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from agents.llm.transformers_llm import TransformersLLM
-from marl.llm.rollouts import (
+from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.rollouts import (
     SEGMENTS_KEY,
     RoleMap,
     TokenRecorder,
@@ -20,10 +20,10 @@ from marl.llm.rollouts import (
     samples_from_trace,
     sequence_logprobs,
 )
-from marl.llm.trainer import GRPOConfig, PolicyTrainer
-from topology import Runtime
-from topology.graph import Graph
-from topology.trace import Trace, TraceEvent
+from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
+from societas.topology import Runtime
+from societas.topology.graph import Graph
+from societas.topology.trace import Trace, TraceEvent
 
 torch.set_num_threads(1)
 
@@ -171,8 +171,8 @@ def test_checkpoint_size_is_predicted_and_tied_weights_are_written_once(llm, tmp
 def test_checkpoint_without_room_is_a_clear_error_and_keeps_the_previous(llm, tmp_path, monkeypatch):
     import shutil
 
-    from marl.llm import CheckpointError
-    from marl.llm import trainer as trainer_mod
+    from societas.marl.llm import CheckpointError
+    from societas.marl.llm import trainer as trainer_mod
 
     samples = _rollout(llm, _one_node(), ["a", "b"], RoleMap({"answerer": "p"}), seed=3)
     tr = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=1e-3), policy="p")
@@ -263,7 +263,7 @@ def test_sync_to(llm, tiny_llm):
     assert not torch.equal(_params(other.model), _params(llm.model))
     assert tr.sync_to(other) is True
     assert torch.equal(_params(other.model), _params(llm.model))
-    from agents.llm.base import SamplingParams
+    from societas.agents.llm.base import SamplingParams
 
     g = SamplingParams(temperature=1.0, max_new_tokens=5, seed=11)
     assert [c[0].token_ids for c in other.generate(["hello"], g)] == [c[0].token_ids for c in llm.generate(["hello"], g)]

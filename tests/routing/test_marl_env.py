@@ -1,4 +1,4 @@
-"""RoutingMARLEnv (marl.routing.marl_env): the BatchedMultiAgentEnv contract, exact agreement
+"""RoutingMARLEnv (societas.marl.routing.marl_env): the BatchedMultiAgentEnv contract, exact agreement
 with RoutingEnv.evaluate when replaying edge sets, and MAPPO learning per-agent routing policies."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marl.comm.mappo import MAPPO, MAPPOConfig
-from marl.routing.env import RoutingEnv, RoutingEnvConfig
-from marl.routing.marl_env import NOBODY, RoutingMARLEnv
+from societas.marl.comm.mappo import MAPPO, MAPPOConfig
+from societas.marl.routing.env import RoutingEnv, RoutingEnvConfig
+from societas.marl.routing.marl_env import NOBODY, RoutingMARLEnv
 
 torch.set_num_threads(1)
 

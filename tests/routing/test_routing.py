@@ -1,5 +1,5 @@
-"""Learned routing (marl.routing): the environment against hand computations, the
-torch path against topology.Runtime, REINFORCE's gradient, GPTSwarm and G-Designer
+"""Learned routing (societas.marl.routing): the environment against hand computations, the
+torch path against societas.topology.Runtime, REINFORCE's gradient, GPTSwarm and G-Designer
 learning small instances, run directories, determinism, config errors and the CLI."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from agents import FunctionLLM
-from marl.routing import (
+from societas.agents import FunctionLLM
+from societas.marl.routing import (
     GATLayer,
     GCNLayer,
     GDesignerConfig,
@@ -30,8 +30,8 @@ from marl.routing import (
     train_routing,
     unit_draw,
 )
-from marl.routing.cli import app as train_app
-from topology import Graph, Runtime
+from societas.marl.routing.cli import app as train_app
+from societas.topology import Graph, Runtime
 
 torch.set_num_threads(1)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents import FunctionLLM
-from agents.sandbox import Sandbox
-from topology.coding import OUTCOMES, assemble_program, grade_code, humaneval_split, humaneval_tasks
-from topology.patterns import Conductor
+from societas.agents import FunctionLLM
+from societas.agents.sandbox import Sandbox
+from societas.topology.coding import OUTCOMES, assemble_program, grade_code, humaneval_split, humaneval_tasks
+from societas.topology.patterns import Conductor
 
 GOOD_YAML = "```yaml\nlayers:\n  - - {name: plan, role: planning, ref: []}\n  - - {name: code, role: coding, ref: [plan]}\n  - - {name: test, role: testing, ref: [code]}\n```"
 

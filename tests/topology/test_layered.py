@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from agents.roles import CONDUCTOR_ROLES, ROLE_PROMPTS, known_roles
-from topology.errors import (
+from societas.agents.roles import CONDUCTOR_ROLES, ROLE_PROMPTS, known_roles
+from societas.topology.errors import (
     PARSE_ERROR_KINDS,
     LogicInvalid,
     NoYAMLFound,
@@ -16,8 +16,8 @@ from topology.errors import (
     TopologyParseError,
     YAMLSyntaxError,
 )
-from topology.graph import GraphMetrics
-from topology.layered import (
+from societas.topology.graph import GraphMetrics
+from societas.topology.layered import (
     DIFFICULTY_NODE_CAPS,
     LayeredAgent,
     LayeredTopology,

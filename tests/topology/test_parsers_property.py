@@ -20,10 +20,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topology.errors import LogicInvalid, NoYAMLFound, SchemaInvalid, SpecError, YAMLSyntaxError
-from topology.graph import Graph
-from topology.layered import LayeredTopology, extract_yaml, parse_layered_yaml
-from topology.spec import GraphSpec
+from societas.topology.errors import LogicInvalid, NoYAMLFound, SchemaInvalid, SpecError, YAMLSyntaxError
+from societas.topology.graph import Graph
+from societas.topology.layered import LayeredTopology, extract_yaml, parse_layered_yaml
+from societas.topology.spec import GraphSpec
 
 PARSE_ERRORS = (NoYAMLFound, YAMLSyntaxError, SchemaInvalid, LogicInvalid)
 SETTINGS = settings(

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from agents import FunctionLLM
-from topology.graph import Graph
-from topology.patterns.remul import (
+from societas.agents import FunctionLLM
+from societas.topology.graph import Graph
+from societas.topology.patterns.remul import (
     STATE_KEY,
     RemulOutcome,
     agreement_reward,
@@ -21,7 +21,7 @@ from topology.patterns.remul import (
     speaker_listeners,
     split_reasoning,
 )
-from topology.runtime import NodeError, Runtime
+from societas.topology.runtime import NodeError, Runtime
 
 # Eight reasoning lines, blank lines, the final answer, and a trailing remark.
 SPEAKER = (
@@ -135,7 +135,7 @@ def test_graph_structure():
     listeners = [f"listener_{c}_{j}" for c in ("25", "50", "75") for j in (1, 2, 3)]
     assert set(g.nodes) == {"speaker", "agreement", *cuts, *listeners}
     assert g.final == "agreement"
-    assert all(g.node(c).function == "topology.patterns.remul:cut_node" for c in cuts)
+    assert all(g.node(c).function == "societas.topology.patterns.remul:cut_node" for c in cuts)
     assert g.predecessors("listener_50_2") == ["cut_50"]
     assert g.predecessors("agreement") == listeners
     assert g.node("agreement").meta["listeners"]["listener_75_3"] == "cut_75"

@@ -9,9 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from agents import FunctionLLM
-from topology.graph import Graph
-from topology.patterns.selfplay import (
+from societas.agents import FunctionLLM
+from societas.topology.graph import Graph
+from societas.topology.patterns.selfplay import (
     STATE_KEY,
     ProposerSolverOutcome,
     answer_leaks,
@@ -26,7 +26,7 @@ from topology.patterns.selfplay import (
     safe_eval_arithmetic,
     verify_arithmetic,
 )
-from topology.runtime import Runtime
+from societas.topology.runtime import Runtime
 
 GOOD = "Question: Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?\nAnswer: 12"
 
@@ -129,8 +129,8 @@ def test_graph_structure_and_importable_functions():
     g = proposer_solver(5)
     assert g.nodes == ["proposer", "question"] + [f"solver_{i}" for i in range(1, 6)] + ["grade"]
     assert g.final == "grade"
-    assert g.node("question").function == "topology.patterns.selfplay:question_node"
-    assert g.node("grade").function == "topology.patterns.selfplay:grade_node"
+    assert g.node("question").function == "societas.topology.patterns.selfplay:question_node"
+    assert g.node("grade").function == "societas.topology.patterns.selfplay:grade_node"
     assert [g.node(f"solver_{i}").params["seed"] for i in range(1, 6)] == [0, 1, 2, 3, 4]
     assert all(g.node(f"solver_{i}").params["temperature"] > 0 for i in range(1, 6))
     assert set(proposer_solver_functions()) == {g.node("question").function, g.node("grade").function}

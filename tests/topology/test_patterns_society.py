@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from agents import FunctionLLM
-from topology.errors import SpecError
-from topology.patterns.society import (
+from societas.agents import FunctionLLM
+from societas.topology.errors import SpecError
+from societas.topology.patterns.society import (
     BEHAVIOURS,
     BIG_FIVE,
     DEFAULT_PERSONAS,
@@ -23,8 +23,8 @@ from topology.patterns.society import (
     society_of_thought,
     split_sentences,
 )
-from topology.runtime import Runtime
-from topology.trace import Trace, TraceEvent
+from societas.topology.runtime import Runtime
+from societas.topology.trace import Trace, TraceEvent
 
 
 def _ev(sender: str, rnd: int, text: str, *, role: str = "persona", kind: str = "agent", step: int | None = None) -> TraceEvent:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from topology.graph import Graph
-from topology.render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
-from topology.trace import Trace, TraceEvent
+from societas.topology.graph import Graph
+from societas.topology.render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
+from societas.topology.trace import Trace, TraceEvent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -153,8 +153,8 @@ def test_png_of_traces(tmp_path: Path):
 
 
 def test_talking_layers_are_laid_on_a_circle_and_dags_in_columns():
-    from topology.patterns import layered, society_of_thought
-    from topology.render import _positions
+    from societas.topology.patterns import layered, society_of_thought
+    from societas.topology.render import _positions
 
     soc = society_of_thought(n_personas=4, rounds=2)
     layers = soc.topological_layers()

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from agents import FunctionLLM
-from topology.graph import Graph
-from topology.patterns import chain, debate, layered, star
-from topology.runtime import NodeContext, NodeError, Runtime
-from topology.trace import Trace
+from societas.agents import FunctionLLM
+from societas.topology.graph import Graph
+from societas.topology.patterns import chain, debate, layered, star
+from societas.topology.runtime import NodeContext, NodeError, Runtime
+from societas.topology.trace import Trace
 
 
 def _name_llm():

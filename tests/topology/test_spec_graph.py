@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.llm.base import SamplingParams
-from topology.errors import SpecError
-from topology.graph import Graph, GraphMetrics, topological_layers_of
-from topology.spec import EdgeSpec, GraphSpec, NodeSpec, format_path
+from societas.agents.llm.base import SamplingParams
+from societas.topology.errors import SpecError
+from societas.topology.graph import Graph, GraphMetrics, topological_layers_of
+from societas.topology.spec import EdgeSpec, GraphSpec, NodeSpec, format_path
 
 DEBATE_YAML = """
 name: debate

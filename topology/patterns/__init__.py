@@ -1,4 +1,4 @@
-"""Topology builders: each returns a validated :class:`~topology.graph.Graph`
+"""Topology builders: each returns a validated :class:`~societas.topology.graph.Graph`
 (the AgentConductor loop, which drives one graph per turn, is a class).
 
 - ``chain``, ``star``, ``layered``, ``debate`` — the classic fixed topologies

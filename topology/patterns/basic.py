@@ -2,7 +2,7 @@
 
 These are the fixed structures that learned-topology work (GPTSwarm,
 G-Designer, AgentConductor) compares against. Each builder returns a
-validated :class:`~topology.graph.Graph`; every agent node uses the LLM named
+validated :class:`~societas.topology.graph.Graph`; every agent node uses the LLM named
 ``llm`` in the spec (``"default"`` → the embedded model unless the Runtime is
 given another).
 """

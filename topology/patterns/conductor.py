@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from agents.llm import LLM, SamplingParams, load_llm
-from agents.llm.base import ChatMessage
-from agents.roles import CONDUCTOR_ROLES, role_prompt
-from agents.sandbox import Sandbox
+from societas.agents.llm import LLM, SamplingParams, load_llm
+from societas.agents.llm.base import ChatMessage
+from societas.agents.roles import CONDUCTOR_ROLES, role_prompt
+from societas.agents.sandbox import Sandbox
 
 from ..coding import CodeTask, TestResult, unit_test_tool
 from ..graph import Graph

@@ -19,7 +19,7 @@ answering*: the accuracy of answers given from reasoning cut at 20%, 40%,
             -> cut_50 -> listener_50_1..3 --> agreement
             -> cut_75 -> listener_75_1..3 -/
 
-``cut_XX`` are function nodes (``topology.patterns.remul:cut_node``) that
+``cut_XX`` are function nodes (``societas.topology.patterns.remul:cut_node``) that
 pass on the first ``floor(frac * L)`` reasoning lines (:func:`cut_reasoning`)
 and record the speaker's answer in the run state; ``agreement``
 (``:agreement_node``) counts matches and writes the reward as JSON.
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from agents.llm.base import LLM
-from agents.parsers import answers_match, extract_final_answer, normalize_answer
+from societas.agents.llm.base import LLM
+from societas.agents.parsers import answers_match, extract_final_answer, normalize_answer
 
 from ..graph import Graph
 from ..runtime import Runtime
@@ -106,7 +106,7 @@ def split_reasoning(text: str, unit: str = "line") -> tuple[list[str], str | Non
     split after ``.``, ``!`` or ``?`` followed by white space (for models that
     write paragraphs). When the text has a ``</think>`` tag, the reasoning is
     inside the think block and the answer is read from what follows it.
-    Otherwise the answer is :func:`agents.parsers.extract_final_answer` of the
+    Otherwise the answer is :func:`societas.agents.parsers.extract_final_answer` of the
     text, and the reasoning is every unit before the last *answer unit* — one
     stating an answer in a format the parser reads (``Final answer:``,
     ``\\boxed{}``, ``####``, ``Answer:``) — with all such units removed; when
@@ -214,7 +214,7 @@ def agreement_reward(
     With ``correctness_weight = 0`` this is the match-only reward (0..9 for
     3 cuts x 3 listeners); the balanced variant uses ``correctness_weight =
     n_listeners`` and needs a ``reference``. Matching is
-    :func:`agents.parsers.answers_match` (normalised exact match); a speaker
+    :func:`societas.agents.parsers.answers_match` (normalised exact match); a speaker
     without an answer earns 0 matches.
     """
     answers = list(listener_answers)
@@ -375,7 +375,7 @@ def speaker_listeners(
     for frac, label in zip(fracs, labels, strict=True):
         cid = f"cut_{label}"
         cut_fracs[cid] = frac
-        nodes.append(NodeSpec(id=cid, kind="function", function="topology.patterns.remul:cut_node",
+        nodes.append(NodeSpec(id=cid, kind="function", function="societas.topology.patterns.remul:cut_node",
                               meta={"frac": frac, "min_lines": min_lines, "unit": unit}))
         edges.append(("speaker", cid))
         for j in range(n_listeners):
@@ -393,7 +393,7 @@ def speaker_listeners(
         meta["reference"] = str(reference)
     if references:
         meta["references"] = {str(k): str(v) for k, v in references.items()}
-    nodes.append(NodeSpec(id="agreement", kind="function", function="topology.patterns.remul:agreement_node",
+    nodes.append(NodeSpec(id="agreement", kind="function", function="societas.topology.patterns.remul:agreement_node",
                           meta=meta))
     return Graph.build(name, nodes, edges, final="agreement", llms=_spec_llms([s_llm, *l_llms], llms))
 
@@ -545,7 +545,7 @@ def early_answering_curve(
     Questions whose speaker wrote no reasoning lines are skipped (as REMUL's
     code does), and so are questions without a target. All speakers go to
     the model in one batched call and all listeners in another
-    (:meth:`topology.runtime.Runtime.run_many`).
+    (:meth:`societas.topology.runtime.Runtime.run_many`).
     """
     qs = list(questions)
     if not qs or not all(isinstance(q, str) and q.strip() for q in qs):

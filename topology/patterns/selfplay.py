@@ -20,7 +20,7 @@ The graph :func:`proposer_solver` wires one round of this:
     proposer -> question -> solver_1 .. solver_n -> grade
 
 ``question`` and ``grade`` are function nodes whose functions are importable
-(``topology.patterns.selfplay:question_node`` / ``:grade_node``), so the graph
+(``societas.topology.patterns.selfplay:question_node`` / ``:grade_node``), so the graph
 also runs from YAML. ``question`` parses the proposer's ``Question: ...
 Answer: ...`` text, keeps the answer in the run state and passes on ONLY the
 question, so no solver ever sees the answer. ``grade`` extracts each solver's
@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from agents.parsers import answers_match, extract_final_answer
+from societas.agents.parsers import answers_match, extract_final_answer
 
 from ..graph import Graph
 from ..spec import NodeSpec
@@ -325,8 +325,8 @@ def grade_node(ctx: Any) -> str:
     """Function node: count the solvers' exact matches and score the proposer.
 
     Reads the answer kept by :func:`question_node`, extracts each solver's
-    final answer (:func:`agents.parsers.extract_final_answer`), counts
-    ``k`` exact matches (:func:`agents.parsers.answers_match`), and writes
+    final answer (:func:`societas.agents.parsers.extract_final_answer`), counts
+    ``k`` exact matches (:func:`societas.agents.parsers.answers_match`), and writes
     ``k``, ``n``, ``difficulty``, ``format``, ``reward`` (and ``verified``
     when ``ctx.meta["verify"] == "arithmetic"``) to the run state; returns
     them as a JSON object.
@@ -372,8 +372,8 @@ def proposer_solver_functions() -> dict[str, Callable[[Any], str]]:
     ``Runtime(functions=...)`` when a spec names them differently.
     """
     return {
-        "topology.patterns.selfplay:question_node": question_node,
-        "topology.patterns.selfplay:grade_node": grade_node,
+        "societas.topology.patterns.selfplay:question_node": question_node,
+        "societas.topology.patterns.selfplay:grade_node": grade_node,
     }
 
 
@@ -434,7 +434,7 @@ def proposer_solver(
         log.warning("solver temperature 0: the %d attempts will agree, so k is 0 or n and the difficulty 0", n_solvers)
     nodes = [
         NodeSpec(id="proposer", kind="agent", role="proposer", llm=p_llm, params=p_params),
-        NodeSpec(id="question", kind="function", function="topology.patterns.selfplay:question_node"),
+        NodeSpec(id="question", kind="function", function="societas.topology.patterns.selfplay:question_node"),
     ]
     solvers = [f"solver_{i + 1}" for i in range(n_solvers)]
     for i, sid in enumerate(solvers):
@@ -448,7 +448,7 @@ def proposer_solver(
     grade_meta: dict[str, Any] = {"format_weight": format_weight}
     if verify:
         grade_meta["verify"] = verify
-    nodes.append(NodeSpec(id="grade", kind="function", function="topology.patterns.selfplay:grade_node",
+    nodes.append(NodeSpec(id="grade", kind="function", function="societas.topology.patterns.selfplay:grade_node",
                           meta=grade_meta))
     edges = [("proposer", "question")] + [("question", s) for s in solvers] + [(s, "grade") for s in solvers]
     return Graph.build(name, nodes, edges, final="grade", llms=_spec_llms({p_llm, s_llm}, llms))

@@ -16,7 +16,7 @@ module makes the society explicit:
 * :func:`society_of_thought` — personas fully connected (each reads every
   persona's previous-round message, its own included) for ``rounds`` rounds,
   then an aggregator that reads the last round and answers.
-* Behaviour counting over a run's :class:`~topology.trace.Trace`: the
+* Behaviour counting over a run's :class:`~societas.topology.trace.Trace`: the
   :class:`BehaviourClassifier` protocol (``classify(trace) ->
   BehaviourCounts``), a transparent :class:`LexicalBehaviourClassifier`
   (documented cue lists, sentence level) and an
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.llm.base import LLM, ChatMessage, SamplingParams
+from societas.agents.llm.base import LLM, ChatMessage, SamplingParams
 
 from ..graph import Graph
 from ..spec import NODE_ID_PATTERN, NodeSpec

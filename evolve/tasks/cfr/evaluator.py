@@ -1,6 +1,6 @@
 """Evaluator of the CFR discovery task (arXiv 2602.16928), OpenEvolve interface.
 
-The candidate's ``build_algorithm()`` must return a ``marl.games.Algorithm``
+The candidate's ``build_algorithm()`` must return a ``societas.marl.games.Algorithm``
 (it may take one argument, ``iterations``, the planned number of iterations,
 for schedules that need the horizon). It runs ``iterations`` iterations of
 ``CFRSolver`` on each training game; the metrics are the per-game negative
@@ -10,7 +10,7 @@ fails the candidate (its "exploitability" would mean nothing).
 ``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on 3-player
 Kuhn poker. ``evaluate_held_out`` scores the held-out games with
 ``held_out_iterations`` (not used for selection), and ``held_out_baselines()``
-gives the built-in algorithms of ``marl.games`` as programs of the same form,
+gives the built-in algorithms of ``societas.marl.games`` as programs of the same form,
 so a report can rank them on the same footing.
 
 Settings (defaults: the paper's 1000 iterations, 100 for stage 1) come, later
@@ -25,16 +25,16 @@ import inspect
 import math
 import re
 
-from evolve.task_settings import load_task_settings
-from marl.games.suites import HELD_OUT_GAMES
-from marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
+from societas.evolve.task_settings import load_task_settings
+from societas.marl.games.suites import HELD_OUT_GAMES
+from societas.marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
 
 DEFAULTS = {"iterations": 1000, "stage1_iterations": 100, "held_out_iterations": None}
 
 # The built-in baselines as candidate programs. Horizon-dependent constants follow
 # the planned number of iterations T: HS-PCFR+ schedules gamma over T, and VAD-CFR
 # starts averaging after T/2 iterations (the published 500 of 1000).
-_BASELINE_SOURCE = '''from marl.games.algorithms import {factory}
+_BASELINE_SOURCE = '''from societas.marl.games.algorithms import {factory}
 
 
 def build_algorithm(iterations):
@@ -67,7 +67,7 @@ def metric_name(game):
 
 def load_builder(program_path, iterations):
     """A function returning a fresh ``Algorithm`` of the program at ``program_path``."""
-    from marl.games import Algorithm
+    from societas.marl.games import Algorithm
 
     spec = importlib.util.spec_from_file_location("candidate", program_path)
     module = importlib.util.module_from_spec(spec)
@@ -80,7 +80,7 @@ def load_builder(program_path, iterations):
     def fresh():
         algorithm = build(iterations) if takes_horizon else build()
         if not isinstance(algorithm, Algorithm):
-            raise TypeError(f"build_algorithm() returned {type(algorithm).__name__}, expected marl.games.Algorithm")
+            raise TypeError(f"build_algorithm() returned {type(algorithm).__name__}, expected societas.marl.games.Algorithm")
         return algorithm
 
     return fresh
@@ -101,7 +101,7 @@ def check_average_policy(policy, game):
 def score(program_path, games, iterations):
     import torch
 
-    from marl.games import CFRSolver, load_game
+    from societas.marl.games import CFRSolver, load_game
 
     torch.set_num_threads(1)
     fresh = load_builder(program_path, iterations)

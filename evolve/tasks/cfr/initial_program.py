@@ -1,9 +1,9 @@
 """Seed for the CFR discovery task (Li, Schultz, Hennes & Lanctot, arXiv 2602.16928).
 
-The evolvable part is the three hooks that ``marl.games.CFRSolver`` calls on
+The evolvable part is the three hooks that ``societas.marl.games.CFRSolver`` calls on
 tensors ``[B, I_p, A]`` (all information sets of one player at once): regret
 accumulation, the current policy from regrets, and policy accumulation. The
-seed is exactly CFR+ (Tammelin 2014), the same hooks as ``marl.games.algorithms``:
+seed is exactly CFR+ (Tammelin 2014), the same hooks as ``societas.marl.games.algorithms``:
 ``R_t = max(R_{t-1} + r_t, 0)``, regret matching, linear averaging.
 
 Its knobs are written as float literals so that the LLM-free constant
@@ -22,7 +22,7 @@ CFR+ (in floating point too, so the seed scores exactly like CFR+):
 
 import torch
 
-from marl.games.cfr import Algorithm
+from societas.marl.games.cfr import Algorithm
 
 
 # EVOLVE-BLOCK-START

@@ -2,7 +2,7 @@
 
 The candidate's ``build_meta_solvers()`` returns ``(training, evaluation)``
 meta-solvers, objects with ``get_meta_strategy(meta_games, **context)`` as in
-``marl.games.metasolvers``. ``marl.games.run_psro`` runs ``iterations`` PSRO
+``societas.marl.games.metasolvers``. ``societas.marl.games.run_psro`` runs ``iterations`` PSRO
 iterations (exact best responses, exact meta-game payoffs) on each training
 game with them; the metrics are the per-game negative exploitability of the
 final evaluation meta-strategy and their mean as ``combined_score`` (higher is
@@ -21,7 +21,7 @@ come, later overriding earlier, from ``settings.json`` next to this file and
 ``evaluator.task_settings``): ``iterations``, ``stage1_iterations``,
 ``held_out_iterations`` (default: ``iterations``), ``seed``. The meta-game
 has ``(iterations + 1)^players`` entries, each filled by a contraction over
-terminal histories (``marl.games.psro.MetaGame``): 100 iterations on the four
+terminal histories (``societas.marl.games.psro.MetaGame``): 100 iterations on the four
 training games take about 7 s on one core; on the held-out games about 4
 minutes, most of it 3-player Leduc poker (2 minutes) and 4-player Kuhn poker
 (whose meta-game holds 4 x 101^4 payoffs, 3.3 GB).
@@ -33,19 +33,19 @@ import re
 
 import numpy as np
 
-from evolve.task_settings import load_task_settings
-from marl.games.suites import HELD_OUT_GAMES
-from marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
+from societas.evolve.task_settings import load_task_settings
+from societas.marl.games.suites import HELD_OUT_GAMES
+from societas.marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
 
 DEFAULTS = {"iterations": 100, "stage1_iterations": 10, "held_out_iterations": None, "seed": 0}
 
-_BASELINE_SOURCE = '''from marl.games.metasolvers import get_meta_solver
+_BASELINE_SOURCE = '''from societas.marl.games.metasolvers import get_meta_solver
 
 
 def build_meta_solvers():
     return get_meta_solver({train!r}), get_meta_solver({evaluation!r})
 '''
-# (training, evaluation) meta-solvers of marl.games; "nash" is left out: it solves two-player games only.
+# (training, evaluation) meta-solvers of societas.marl.games; "nash" is left out: it solves two-player games only.
 BASELINES = {
     "uniform": ("uniform", "uniform"),
     "prd": ("prd", "prd"),
@@ -125,8 +125,8 @@ def load_meta_solvers(program_path):
 def score(program_path, games, iterations, seed):
     import torch
 
-    from marl.games import load_game
-    from marl.games.psro import run_psro
+    from societas.marl.games import load_game
+    from societas.marl.games.psro import run_psro
 
     torch.set_num_threads(1)
     fresh = load_meta_solvers(program_path)

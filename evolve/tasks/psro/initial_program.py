@@ -1,9 +1,9 @@
 """Seed for the PSRO discovery task (Li, Schultz, Hennes & Lanctot, arXiv 2602.16928).
 
-The evolvable part is PSRO's two meta-strategy solvers (``marl.games.psro``):
+The evolvable part is PSRO's two meta-strategy solvers (``societas.marl.games.psro``):
 the *training* solver, whose meta-strategy the best responses answer, and the
 *evaluation* solver, whose meta-strategy is the policy that is scored. Both
-follow the interface of ``marl.games.metasolvers``::
+follow the interface of ``societas.marl.games.metasolvers``::
 
     get_meta_strategy(meta_games, **context) -> list[np.ndarray]
 

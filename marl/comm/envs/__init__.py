@@ -4,7 +4,7 @@
 tensors, auto-reset, centralised ``state()``); :class:`SpeakerListenerEnv`
 and :class:`ReferenceEnv` are torch re-implementations of the MPE tasks
 ``simple_speaker_listener_v4`` and ``simple_reference_v3`` (Lowe et al.
-2017; mpe2) with tested parity; :mod:`marl.comm.envs.pettingzoo` has the
+2017; mpe2) with tested parity; :mod:`societas.marl.comm.envs.pettingzoo` has the
 adapters both ways (:class:`BatchedParallelEnv`: one row as a PettingZoo
 ``ParallelEnv``; :class:`PettingZooBatchedEnv`: any discrete-action PettingZoo
 ``ParallelEnv`` as a batched env). :func:`make_env` builds one by name.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from marl.comm.envs.base import BatchedMultiAgentEnv, MPEBatchedEnv, resolve_device
-from marl.comm.envs.reference import ReferenceEnv
-from marl.comm.envs.speaker_listener import SpeakerListenerEnv
+from societas.marl.comm.envs.base import BatchedMultiAgentEnv, MPEBatchedEnv, resolve_device
+from societas.marl.comm.envs.reference import ReferenceEnv
+from societas.marl.comm.envs.speaker_listener import SpeakerListenerEnv
 
 __all__ = [
     "ENVS",
@@ -54,6 +54,6 @@ def make_env(name: str, **kw: Any) -> BatchedMultiAgentEnv:
 def __getattr__(name: str) -> Any:
     # The PettingZoo adapters import pettingzoo; load them only when asked for.
     if name in ("BatchedParallelEnv", "PettingZooBatchedEnv"):
-        from marl.comm.envs import pettingzoo as _pz
+        from societas.marl.comm.envs import pettingzoo as _pz
         return getattr(_pz, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

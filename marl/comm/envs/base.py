@@ -1,4 +1,4 @@
-"""The batched multi-agent environment contract used by ``marl.comm``.
+"""The batched multi-agent environment contract used by ``societas.marl.comm``.
 
 A :class:`BatchedMultiAgentEnv` holds ``B`` independent copies of one
 cooperative (or general-sum) multi-agent environment and steps them together
@@ -25,9 +25,9 @@ Conventions shared by every implementation:
   concatenation of all agents' observations in ``agents`` order, exactly as
   PettingZoo MPE's ``state()``.
 
-Implementations: :mod:`marl.comm.envs.speaker_listener`,
-:mod:`marl.comm.envs.reference` (torch, vectorised) and
-:class:`marl.comm.envs.pettingzoo.PettingZooBatchedEnv` (any PettingZoo
+Implementations: :mod:`societas.marl.comm.envs.speaker_listener`,
+:mod:`societas.marl.comm.envs.reference` (torch, vectorised) and
+:class:`societas.marl.comm.envs.pettingzoo.PettingZooBatchedEnv` (any PettingZoo
 ParallelEnv, ``B`` copies in a Python loop).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from marl.device import resolve_device
+from societas.marl.device import resolve_device
 
 __all__ = ["BatchedMultiAgentEnv", "resolve_device"]
 

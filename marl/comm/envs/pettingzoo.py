@@ -27,7 +27,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from torch import Tensor
 
-from marl.comm.envs.base import BatchedMultiAgentEnv, resolve_device
+from societas.marl.comm.envs.base import BatchedMultiAgentEnv, resolve_device
 
 __all__ = ["BatchedParallelEnv", "PettingZooBatchedEnv"]
 
@@ -36,7 +36,7 @@ class BatchedParallelEnv(ParallelEnv):
     """One row of a batched env as a PettingZoo ``ParallelEnv``.
 
     ``env`` is a :class:`BatchedMultiAgentEnv` (or a name for
-    :func:`marl.comm.envs.make_env`, built with ``num_envs=1`` and ``kw``).
+    :func:`societas.marl.comm.envs.make_env`, built with ``num_envs=1`` and ``kw``).
     The view owns the batched env: :meth:`reset` resets every row, and
     :meth:`step` steps every row, giving the rows other than ``row`` action 0
     (for the MPE tasks: no move / word 0). Observations are numpy float32,
@@ -49,7 +49,7 @@ class BatchedParallelEnv(ParallelEnv):
 
     def __init__(self, env: BatchedMultiAgentEnv | str, row: int = 0, **kw: Any) -> None:
         if isinstance(env, str):
-            from marl.comm.envs import make_env
+            from societas.marl.comm.envs import make_env
             kw.setdefault("num_envs", 1)
             kw.setdefault("device", "cpu")
             env = make_env(env, **kw)

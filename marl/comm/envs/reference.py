@@ -28,7 +28,7 @@ Rewards: local ``l_i = −‖pos_{other(i)} − pos_{goal_i}‖``, global
 the three landmarks; positions uniform in ``[−1, 1]²``; zero velocities and
 communication. Landmark colours (0.75, 0.25, 0.25), (0.25, 0.75, 0.25),
 (0.25, 0.25, 0.75). Episodes are truncated after ``max_cycles`` steps
-(default 25) and reset automatically (see :mod:`marl.comm.envs.base`).
+(default 25) and reset automatically (see :mod:`societas.marl.comm.envs.base`).
 
 Observations are column slices of the ``[B, 42]`` tensor ``state()`` of the
 step; call ``.contiguous()`` before ``.view``-flattening them.
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from marl.comm.envs.base import MPEBatchedEnv, resolve_device
+from societas.marl.comm.envs.base import MPEBatchedEnv, resolve_device
 
 __all__ = ["LANDMARK_COLOURS", "ReferenceEnv"]
 

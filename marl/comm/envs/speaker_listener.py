@@ -35,7 +35,7 @@ three; listener and landmark positions uniform in ``[−1, 1]²``; zero
 velocities and communication. Landmark colours (0.65, 0.15, 0.15),
 (0.15, 0.65, 0.15), (0.15, 0.15, 0.65). Episodes are truncated after
 ``max_cycles`` steps (default 25) and reset automatically (see
-:mod:`marl.comm.envs.base`).
+:mod:`societas.marl.comm.envs.base`).
 
 Observations are column slices of the ``[B, 14]`` tensor ``state()`` of the
 step; call ``.contiguous()`` before ``.view``-flattening them.
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from marl.comm.envs.base import MPEBatchedEnv, resolve_device
+from societas.marl.comm.envs.base import MPEBatchedEnv, resolve_device
 
 __all__ = ["LANDMARK_COLOURS", "SpeakerListenerEnv"]
 

@@ -1,4 +1,4 @@
-"""Training recipes of the papers, each a :class:`~marl.llm.loop.Recipe`.
+"""Training recipes of the papers, each a :class:`~societas.marl.llm.loop.Recipe`.
 
 - ``conductor`` — AgentConductor (arXiv 2602.17100): an orchestrator writes
   layered YAML topologies for HumanEval problems, frozen workers run them
@@ -10,16 +10,16 @@
 - ``society`` — personas debate, rewarded by the accuracy of the aggregated
   answer (:class:`SocietyRecipe`).
 
-Run one with ``python -m marl train RECIPE`` (see :mod:`marl.llm.cli`) or
-``marl.llm.loop.train(recipe, TrainConfig(...), out)``.
+Run one with ``python -m societas.marl train RECIPE`` (see :mod:`societas.marl.llm.cli`) or
+``societas.marl.llm.loop.train(recipe, TrainConfig(...), out)``.
 """
 
 from __future__ import annotations
 
-from marl.llm.recipes.conductor import ConductorRecipe
-from marl.llm.recipes.remul import RemulRecipe
-from marl.llm.recipes.selfplay import SelfPlayRecipe
-from marl.llm.recipes.society import SocietyRecipe
+from societas.marl.llm.recipes.conductor import ConductorRecipe
+from societas.marl.llm.recipes.remul import RemulRecipe
+from societas.marl.llm.recipes.selfplay import SelfPlayRecipe
+from societas.marl.llm.recipes.society import SocietyRecipe
 
 RECIPES = {
     "conductor": ConductorRecipe,

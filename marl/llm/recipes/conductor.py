@@ -1,7 +1,7 @@
 """``conductor``: AgentConductor's orchestrator trained with multi-turn GRPO (arXiv 2602.17100).
 
 For a HumanEval problem the trained *orchestrator* writes a layered YAML
-topology (:mod:`topology.layered`); the frozen base model plays every worker
+topology (:mod:`societas.topology.layered`); the frozen base model plays every worker
 agent of it, a tool node runs the problem's unit tests in the sandbox, and
 on failure the test feedback (or the parse error) goes back to the
 orchestrator for a revised topology, for at most ``max_turns`` turns (the
@@ -23,7 +23,7 @@ rewarded for its own topology::
   exponential).
 
 The G episodes of one problem form its GRPO group. Training problems and
-held-out problems come from :func:`topology.coding.humaneval_split`. The paper
+held-out problems come from :func:`societas.topology.coding.humaneval_split`. The paper
 starts from an SFT stage on synthetic topologies; :meth:`sft_samples` builds
 those demonstrations (random valid layered topologies within the cap, the
 last layer a testing agent) for ``TrainConfig.sft_steps``.
@@ -41,10 +41,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.base import SamplingParams
-from agents.roles import CONDUCTOR_ROLES
-from agents.sandbox import Sandbox
-from marl.llm.loop import (
+from societas.agents.llm.base import SamplingParams
+from societas.agents.roles import CONDUCTOR_ROLES
+from societas.agents.sandbox import Sandbox
+from societas.marl.llm.loop import (
     FROZEN,
     Episode,
     EpisodeResult,
@@ -52,17 +52,17 @@ from marl.llm.loop import (
     episode_seed,
     sample_from_completion,
 )
-from marl.llm.rollouts import TokenSample
-from topology.coding import CodeTask, humaneval_split, unit_test_tool
-from topology.graph import Graph
-from topology.layered import (
+from societas.marl.llm.rollouts import TokenSample
+from societas.topology.coding import CodeTask, humaneval_split, unit_test_tool
+from societas.topology.graph import Graph
+from societas.topology.layered import (
     DIFFICULTY_NODE_CAPS,
     LayeredTopology,
     try_parse_layered_yaml,
 )
-from topology.patterns.conductor import Conductor, ConductorTurn
-from topology.runtime import Runtime
-from topology.spec import NodeSpec
+from societas.topology.patterns.conductor import Conductor, ConductorTurn
+from societas.topology.runtime import Runtime
+from societas.topology.spec import NodeSpec
 
 __all__ = ["EXECUTION_REWARDS", "ConductorRecipe", "density_reward", "synthetic_topology"]
 
@@ -186,7 +186,7 @@ class ConductorRecipe(Recipe):
     def _conductor(self) -> Conductor:
         # Only its prompts, parsing, graph building and grading are used; generation goes through
         # the run's LLMs, so the Conductor's own LLM refuses to generate rather than answer quietly.
-        from agents.llm.function import FunctionLLM
+        from societas.agents.llm.function import FunctionLLM
 
         def _refuse(prompt):
             raise RuntimeError("ConductorRecipe generates through the training run's LLMs, "
@@ -209,7 +209,7 @@ class ConductorRecipe(Recipe):
                 for i, t in enumerate(tasks) for g in range(self.eval_samples)]
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
-        from agents.llm.base import encode_with_tokenizer
+        from societas.agents.llm.base import encode_with_tokenizer
 
         rng = random.Random(seed)
         cond = self._conductor()

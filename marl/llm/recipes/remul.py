@@ -1,8 +1,8 @@
 """``remul``: REMUL's speaker, rewarded when frozen listeners can follow its reasoning (arXiv 2602.16154).
 
-One episode is one run of :func:`topology.patterns.remul.speaker_listeners` on
+One episode is one run of :func:`societas.topology.patterns.remul.speaker_listeners` on
 an arithmetic word problem whose answer is computed
-(:func:`marl.llm.recipes.selfplay.heldout_problems`)::
+(:func:`societas.marl.llm.recipes.selfplay.heldout_problems`)::
 
     speaker -> cut_25 -> listener_25_1..3 -\\
             -> cut_50 -> listener_50_1..3 --> agreement
@@ -14,7 +14,7 @@ cut after 25%, 50% and 75% of its lines, and ``n_listeners`` listeners per
 cut (``min_lines``: keep at least that many lines, as the REMUL
 reference code's 1; default 0, the plain floor) — the **frozen** base model, which never sees the speaker's answer —
 continue each cut to their own answer. The speaker's reward is the pattern's
-:func:`~topology.patterns.remul.agreement_reward`::
+:func:`~societas.topology.patterns.remul.agreement_reward`::
 
     reward = #{(cut, listener) : listener's answer == speaker's answer}          # 0..9
            + n_listeners x [speaker's answer == computed answer]   (correctness=True: 0..12)
@@ -39,7 +39,7 @@ training question: training draws skip them) with the speaker decoding
 greedily and reports ``reward`` (the agreement reward above), ``accuracy``
 (the speaker's answer against the computed one), ``agreement`` (matched
 pairs / pairs), ``agreement@FRAC`` per cut and ``answered``; and one extra
-*early-answering* episode, :func:`~topology.patterns.remul.early_answering_curve`
+*early-answering* episode, :func:`~societas.topology.patterns.remul.early_answering_curve`
 over the same questions (greedy speaker; the frozen base model answers from
 the speaker's reasoning cut at ``ea_fractions``, the point at 1.0 being the
 speaker's own answer; accuracy against the computed answers), which reports
@@ -54,16 +54,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.agent import Agent
-from marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
-from marl.llm.recipes.selfplay import heldout_problems
-from marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
-from topology.patterns.remul import (
+from societas.agents.agent import Agent
+from societas.marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
+from societas.marl.llm.recipes.selfplay import heldout_problems
+from societas.marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
+from societas.topology.patterns.remul import (
     RemulOutcome,
     early_answering_curve,
     speaker_listeners,
 )
-from topology.runtime import Runtime
+from societas.topology.runtime import Runtime
 
 __all__ = ["EVAL_QUESTION_SEED", "RemulRecipe", "heldout_questions", "train_questions", "worked_solution"]
 
@@ -246,7 +246,7 @@ class RemulRecipe(Recipe):
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
         """Masked SFT on answer tokens: worked solutions, loss only on the ``Final answer: N`` line."""
-        from agents.llm.base import encode_with_tokenizer
+        from societas.agents.llm.base import encode_with_tokenizer
 
         eos = tokenizer.eos_token_id
         out = []

@@ -1,6 +1,6 @@
 """``selfplay``: Dr. Zero's proposer and solver, trained against each other (arXiv 2601.07055).
 
-One episode is one round of :func:`topology.patterns.selfplay.proposer_solver`
+One episode is one round of :func:`societas.topology.patterns.selfplay.proposer_solver`
 on a proposer instruction (:func:`arithmetic_word_problem_task`: write an
 arithmetic word problem with a whole-number answer)::
 
@@ -33,18 +33,18 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.base import SamplingParams
-from agents.parsers import answers_match, extract_final_answer
-from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
-from marl.llm.rollouts import RoleMap, samples_from_trace
-from topology.patterns.selfplay import (
+from societas.agents.llm.base import SamplingParams
+from societas.agents.parsers import answers_match, extract_final_answer
+from societas.marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
+from societas.marl.llm.rollouts import RoleMap, samples_from_trace
+from societas.topology.patterns.selfplay import (
     SOLVER_TEMPLATE,
     ProposerSolverOutcome,
     arithmetic_task_hops,
     arithmetic_word_problem_task,
     proposer_solver,
 )
-from topology.runtime import Runtime
+from societas.topology.runtime import Runtime
 
 __all__ = ["SelfPlayRecipe", "heldout_problems"]
 

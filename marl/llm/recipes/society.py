@@ -1,8 +1,8 @@
 """``society``: a society of thought trained on the accuracy of its aggregated answer (arXiv 2601.10825).
 
-One episode is one run of :func:`topology.patterns.society.society_of_thought`
+One episode is one run of :func:`societas.topology.patterns.society.society_of_thought`
 on an arithmetic word problem whose answer is computed
-(:func:`marl.llm.recipes.selfplay.heldout_problems`)::
+(:func:`societas.marl.llm.recipes.selfplay.heldout_problems`)::
 
     persona_1 .. persona_n   (fully connected, ``rounds`` rounds: in round r > 0
          |                    each reads every persona's round r-1 message)
@@ -10,16 +10,16 @@ on an arithmetic word problem whose answer is computed
     aggregator               (reads the last round, answers 'Final answer: X')
 
 Personas are the first ``n_personas`` of
-:data:`~topology.patterns.society.DEFAULT_PERSONAS` (distinct Big Five
+:data:`~societas.topology.patterns.society.DEFAULT_PERSONAS` (distinct Big Five
 profiles and expertise; the Runtime appends each persona's description to the
 system prompt). The **aggregated answer** is the pattern's own aggregation:
 the ``aggregator`` agent node reads the personas' last-round messages and
 writes a one-sentence justification and ``Final answer: X``; the answer is
-:func:`agents.parsers.extract_final_answer` of that message (no majority
+:func:`societas.agents.parsers.extract_final_answer` of that message (no majority
 vote: the vote over the personas' last-round answers is only reported, as
 ``majority_accuracy``). The reward of an episode is::
 
-    reward = 1 if aggregated answer == computed answer else 0     (agents.parsers.answers_match)
+    reward = 1 if aggregated answer == computed answer else 0     (societas.agents.parsers.answers_match)
 
 **One shared policy** ``"society"`` plays every node (the graph binds one
 model name to all of them): each persona message of every round is a sample
@@ -34,7 +34,7 @@ that follows) runs when ``TrainConfig.sft_steps > 0``:
 :meth:`SocietyRecipe.sft_samples` writes, for ``sft_batch`` training
 questions, a synthetic discussion (:func:`society_dialogue`) built from the
 question's computed worked solution
-(:func:`marl.llm.recipes.remul.worked_solution`): in round 0 each persona
+(:func:`societas.marl.llm.recipes.remul.worked_solution`): in round 0 each persona
 states the steps and ``Final answer: N``, except that with probability
 ``sft_slip_rate`` one persona (never the first) slips to a wrong total; in
 later rounds the others name the slip and the slipped persona takes the
@@ -51,7 +51,7 @@ no sample.
 
 **Evaluation** runs ``eval_questions`` fixed questions (disjoint from every
 training question; the same set as ``remul``'s,
-:func:`marl.llm.recipes.remul.heldout_questions`) with greedy decoding
+:func:`societas.marl.llm.recipes.remul.heldout_questions`) with greedy decoding
 (``eval_temperature``) and reports ``reward`` (accuracy of the aggregated
 answer), ``persona_accuracy`` (mean accuracy of the personas' last-round
 answers), ``accuracy/NAME`` per persona, ``majority_accuracy`` (plurality of
@@ -67,18 +67,18 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.function import FunctionLLM
-from agents.parsers import answers_match, extract_final_answer, normalize_answer
-from marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
-from marl.llm.recipes.remul import (
+from societas.agents.llm.function import FunctionLLM
+from societas.agents.parsers import answers_match, extract_final_answer, normalize_answer
+from societas.marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
+from societas.marl.llm.recipes.remul import (
     EVAL_QUESTION_SEED,
     heldout_questions,
     train_questions,
     worked_solution,
 )
-from marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
-from topology.patterns.society import DEFAULT_PERSONAS, Persona, society_of_thought
-from topology.runtime import Runtime
+from societas.marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
+from societas.topology.patterns.society import DEFAULT_PERSONAS, Persona, society_of_thought
+from societas.topology.runtime import Runtime
 
 __all__ = ["SocietyDialogue", "SocietyRecipe", "majority_answer", "society_dialogue"]
 
@@ -110,7 +110,7 @@ def society_dialogue(question: str, answer: int, personas: Sequence[str], rounds
                      slip_rate: float = 0.5) -> SocietyDialogue:
     """A synthetic ``rounds``-round discussion of ``question`` whose every final answer is computed.
 
-    The steps are those of :func:`~marl.llm.recipes.remul.worked_solution`.
+    The steps are those of :func:`~societas.marl.llm.recipes.remul.worked_solution`.
     In round 0 each persona writes them and ``Final answer: <answer>``; with
     probability ``slip_rate`` (and at least three personas, so that the
     majority stays right) one persona other than the first writes a wrong
