@@ -17,7 +17,15 @@ from .llm import (
     Usage,
     load_llm,
 )
-from .parsers import answers_match, numeric_answer, extract_code, extract_code_blocks, extract_final_answer, extract_yaml_block, normalize_answer
+from .parsers import (
+    answers_match,
+    numeric_answer,
+    extract_code,
+    extract_code_blocks,
+    extract_final_answer,
+    extract_yaml_block,
+    normalize_answer,
+)
 from .sandbox import Sandbox, SandboxResult, bwrap_available, run_python
 from .roles import CONDUCTOR_ROLES, ROLE_PROMPTS, canonical_role, known_roles, register_role, role_prompt
 

@@ -80,7 +80,9 @@ def converted_dir(gguf: Path | None = None) -> Path:
 
 
 def _is_complete(d: Path) -> bool:
-    return (d / "model.safetensors").is_file() and (d / "config.json").is_file() and (d / ".complete").is_file()
+    return (
+        (d / "model.safetensors").is_file() and (d / "config.json").is_file() and (d / ".complete").is_file()
+    )
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> Path:

@@ -238,9 +238,7 @@ if os.WIFSIGNALED(status):
 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 """
 
-_PREFIX_QUERY = (
-    "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))"
-)
+_PREFIX_QUERY = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))"
 
 
 class SandboxError(RuntimeError):
@@ -426,7 +424,9 @@ class Sandbox(BaseModel):
         if status.available:
             return "bwrap", status
         if self.backend == "bwrap":
-            raise SandboxUnavailableError(f"backend='bwrap' requested but bubblewrap cannot be used: {status.reason}")
+            raise SandboxUnavailableError(
+                f"backend='bwrap' requested but bubblewrap cannot be used: {status.reason}"
+            )
         _warn_weak_containment(status.reason)
         return "rlimit", status
 
@@ -535,7 +535,9 @@ def _probe_bwrap() -> BwrapStatus:
                 )
             return dataclasses.replace(candidate, reason=reason)
         failures.append(f"{mode} mode: {result.describe()}: {_one_line(result.stderr)}")
-    return BwrapStatus(False, None, "bubblewrap cannot create its sandbox here (" + "; ".join(failures) + ")", False)
+    return BwrapStatus(
+        False, None, "bubblewrap cannot create its sandbox here (" + "; ".join(failures) + ")", False
+    )
 
 
 def _bwrap_features(executable: str) -> frozenset[str]:
@@ -725,7 +727,9 @@ def _supervise(
     return _Outcome(stdout, stderr, events, timed_out, wall)
 
 
-def _build_result(config: Sandbox, backend: str, raw_returncode: int | None, outcome: _Outcome) -> SandboxResult:
+def _build_result(
+    config: Sandbox, backend: str, raw_returncode: int | None, outcome: _Outcome
+) -> SandboxResult:
     events = {event.get("event"): event for event in outcome.events if isinstance(event, dict)}
     stderr_text = outcome.stderr.text()
     if "setup_failed" in events:

@@ -48,7 +48,7 @@ from societas.marl.games import CFRSolver, evaluate, load_game  # noqa: E402
 from societas.marl.games.algorithms import DCFR  # noqa: E402
 from societas.marl.games.tree import _cache_path, resolve_device  # noqa: E402
 
-LARGE = 1_000_000   # histories above which a game counts as large (fewer iterations)
+LARGE = 1_000_000  # histories above which a game counts as large (fewer iterations)
 
 
 def _sync(device: torch.device) -> None:
@@ -72,13 +72,23 @@ def tensor_to_cpp_table(tree, policy: torch.Tensor) -> dict:
     pol = policy.detach().reshape(tree.num_infosets, tree.max_actions).cpu().numpy()
     acts = tree.arrays.actions
     nact = tree.arrays.num_actions
-    return {key: [(int(acts[i, k]), float(pol[i, k])) for k in range(int(nact[i]))]
-            for i, key in enumerate(tree.infoset_keys)}
+    return {
+        key: [(int(acts[i, k]), float(pol[i, k])) for k in range(int(nact[i]))]
+        for i, key in enumerate(tree.infoset_keys)
+    }
 
 
-def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterations: int,
-               py_large_iterations: int, device: torch.device, cache: bool, eval_repeats: int,
-               repeats: int) -> dict:
+def bench_game(
+    game_name: str,
+    iterations: int,
+    large_iterations: int,
+    py_iterations: int,
+    py_large_iterations: int,
+    device: torch.device,
+    cache: bool,
+    eval_repeats: int,
+    repeats: int,
+) -> dict:
     row: dict = {"game": game_name}
     # ---- build / load
     cached = _cache_path(game_name).exists() and cache
@@ -99,9 +109,9 @@ def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterat
     ours = CFRSolver(tree, "cfr", alternating=True)
     _sync(device)
     row["ours_init_s"] = time.perf_counter() - t0
-    ours.step()                                    # warm-up iteration (allocations, kernels)
+    ours.step()  # warm-up iteration (allocations, kernels)
     _sync(device)
-    reps = 1 if large else repeats                 # best of `reps` fresh runs (shared machines are noisy)
+    reps = 1 if large else repeats  # best of `reps` fresh runs (shared machines are noisy)
     row["timing_repeats"] = reps
     times = []
     for _ in range(reps):
@@ -137,7 +147,7 @@ def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterat
         t0 = time.perf_counter()
         nc_os = pyspiel.nash_conv(game, cpp.average_policy())
         t_os.append(time.perf_counter() - t0)
-    evaluate(tree, cpp_pol)                        # warm-up
+    evaluate(tree, cpp_pol)  # warm-up
     t_ours = []
     for _ in range(5):
         _sync(device)
@@ -146,7 +156,7 @@ def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterat
         _sync(device)
         t_ours.append(time.perf_counter() - t0)
     row["cpp_nash_conv"] = nc_os
-    row["eval_ours_s"] = min(t_ours)              # best of the runs, like every timing here
+    row["eval_ours_s"] = min(t_ours)  # best of the runs, like every timing here
     row["eval_openspiel_s"] = min(t_os)
     row["eval_ours_nash_conv"] = nc_ours
     row["eval_diff"] = abs(nc_ours - nc_os)
@@ -174,7 +184,9 @@ def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterat
         row["python_nash_conv_ours_at_same_iterations"] = float(evaluate(tree, ref).nash_conv[0])
     row["python_policy_max_diff"] = float((py_pol - ref).abs().max())
     row["python_nash_conv"] = float(evaluate(tree, py_pol).nash_conv[0])
-    row["python_nash_conv_diff"] = abs(row["python_nash_conv"] - row["python_nash_conv_ours_at_same_iterations"])
+    row["python_nash_conv_diff"] = abs(
+        row["python_nash_conv"] - row["python_nash_conv_ours_at_same_iterations"]
+    )
     del py
     gc.collect()
 
@@ -184,8 +196,9 @@ def bench_game(game_name: str, iterations: int, large_iterations: int, py_iterat
     return row
 
 
-def bench_batched(game_name: str, batch: int, iterations: int, device: torch.device,
-                  repeats: int = 1) -> dict:
+def bench_batched(
+    game_name: str, batch: int, iterations: int, device: torch.device, repeats: int = 1
+) -> dict:
     tree = load_game(game_name, device)
     alphas = [float(a) for a in np.linspace(0.5, 3.0, batch)]
     # warm-up, so neither side pays first-call costs
@@ -193,7 +206,7 @@ def bench_batched(game_name: str, batch: int, iterations: int, device: torch.dev
     w.step()
     _sync(device)
     t_batched, t_seq = float("inf"), float("inf")
-    for _ in range(repeats):                       # best of `repeats` (shared machines are noisy)
+    for _ in range(repeats):  # best of `repeats` (shared machines are noisy)
         t0 = time.perf_counter()
         solver = CFRSolver(tree, DCFR(alpha=alphas), batch=batch)
         for _ in range(iterations):
@@ -211,30 +224,59 @@ def bench_batched(game_name: str, batch: int, iterations: int, device: torch.dev
         t_seq = min(t_seq, time.perf_counter() - t0)
     e_batched = evaluate(tree, solver.average_policy()).exploitability.cpu()
     e_seq = evaluate(tree, torch.cat(seq_pols, 0)).exploitability.cpu()
-    return {"game": game_name, "variants": batch, "iterations": iterations,
-            "batched_s": t_batched, "sequential_s": t_seq, "speedup": t_seq / t_batched,
-            "max_exploitability_diff": float((e_batched - e_seq).abs().max()),
-            "best_alpha": alphas[int(e_batched.argmin())], "best_exploitability": float(e_batched.min())}
+    return {
+        "game": game_name,
+        "variants": batch,
+        "iterations": iterations,
+        "batched_s": t_batched,
+        "sequential_s": t_seq,
+        "speedup": t_seq / t_batched,
+        "max_exploitability_diff": float((e_batched - e_seq).abs().max()),
+        "best_alpha": alphas[int(e_batched.argmin())],
+        "best_exploitability": float(e_batched.min()),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--iterations", type=int, default=None,
-                    help="CFR iterations on small games (default 100; --quick 10)")
-    ap.add_argument("--large-iterations", type=int, default=None,
-                    help=f"CFR iterations on games with more than {LARGE:,} histories (default 20)")
-    ap.add_argument("--python-large-iterations", type=int, default=None,
-                    help="OpenSpiel python CFR iterations on large games (default 2)")
-    ap.add_argument("--games", nargs="+", default=None,
-                    help="game strings (default: leduc_poker 'leduc_poker(players=3)'; --quick: leduc_poker)")
+    ap.add_argument(
+        "--iterations", type=int, default=None, help="CFR iterations on small games (default 100; --quick 10)"
+    )
+    ap.add_argument(
+        "--large-iterations",
+        type=int,
+        default=None,
+        help=f"CFR iterations on games with more than {LARGE:,} histories (default 20)",
+    )
+    ap.add_argument(
+        "--python-large-iterations",
+        type=int,
+        default=None,
+        help="OpenSpiel python CFR iterations on large games (default 2)",
+    )
+    ap.add_argument(
+        "--games",
+        nargs="+",
+        default=None,
+        help="game strings (default: leduc_poker 'leduc_poker(players=3)'; --quick: leduc_poker)",
+    )
     ap.add_argument("--batch", type=int, default=64, help="variants in the batching comparison")
-    ap.add_argument("--batch-iterations", type=int, default=None,
-                    help="iterations in the batching comparison (default 20; --quick 5)")
+    ap.add_argument(
+        "--batch-iterations",
+        type=int,
+        default=None,
+        help="iterations in the batching comparison (default 20; --quick 5)",
+    )
     ap.add_argument("--device", default="cpu", help="device of our solver (cpu, cuda, auto)")
-    ap.add_argument("--no-cache", action="store_true", help="build the trees instead of reading the disk cache")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timed runs of the fast measurements, best taken (default 3; --quick 1; "
-                         "1 on large games)")
+    ap.add_argument(
+        "--no-cache", action="store_true", help="build the trees instead of reading the disk cache"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed runs of the fast measurements, best taken (default 3; --quick 1; 1 on large games)",
+    )
     ap.add_argument("--quick", action="store_true", help="small settings for a smoke test")
     args = ap.parse_args()
     q = args.quick
@@ -248,66 +290,108 @@ def main() -> None:
     except (ValueError, RuntimeError) as exc:
         print(f"error: --device {args.device!r}: {exc}", file=sys.stderr)
         raise SystemExit(2)
-    print(f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"threads {torch.get_num_threads()}, device {device}, OpenSpiel "
-          f"{getattr(pyspiel, '__version__', '?')}")
+    print(
+        f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"threads {torch.get_num_threads()}, device {device}, OpenSpiel "
+        f"{getattr(pyspiel, '__version__', '?')}"
+    )
 
     rows = []
     for g in games:
         print(f"# {g} …", file=sys.stderr, flush=True)
-        rows.append(bench_game(g, iterations, large_iterations, iterations, py_large, device,
-                               cache=not args.no_cache, eval_repeats=1 if q else 3,
-                               repeats=args.repeats or (1 if q else 3)))
+        rows.append(
+            bench_game(
+                g,
+                iterations,
+                large_iterations,
+                iterations,
+                py_large,
+                device,
+                cache=not args.no_cache,
+                eval_repeats=1 if q else 3,
+                repeats=args.repeats or (1 if q else 3),
+            )
+        )
 
-    print("\n| game | histories | infosets | tree load s | from cache | C++ solver init s | python solver init s |")
+    print(
+        "\n| game | histories | infosets | tree load s | from cache | C++ solver init s | python solver init s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['game']} | {r['histories']:,} | {r['infosets']:,} | {r['tree_load_s']:.2f} | "
-              f"{'yes' if r['tree_from_cache'] else 'no (built)'} | {r['cpp_init_s']:.2f} | {r['python_init_s']:.2f} |")
+        print(
+            f"| {r['game']} | {r['histories']:,} | {r['infosets']:,} | {r['tree_load_s']:.2f} | "
+            f"{'yes' if r['tree_from_cache'] else 'no (built)'} | {r['cpp_init_s']:.2f} | {r['python_init_s']:.2f} |"
+        )
 
-    print("\n| game | solver | iterations | it/s | ours speed-up | NashConv | |Δ NashConv| vs ours | max |Δ policy| vs ours |")
+    print(
+        "\n| game | solver | iterations | it/s | ours speed-up | NashConv | |Δ NashConv| vs ours | max |Δ policy| vs ours |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['game']} | ours CFR ({device}) | {r['iterations']} | {r['ours_it_s']:.2f} | 1x | "
-              f"{r['ours_nash_conv']:.10f} | — | — |")
-        print(f"| {r['game']} | OpenSpiel C++ CFRSolver | {r['iterations']} | {r['cpp_it_s']:.2f} | "
-              f"{r['ours_it_s'] / r['cpp_it_s']:.1f}x | {r['cpp_nash_conv']:.10f} | "
-              f"{r['nash_conv_diff_cpp_vs_ours']:.1e} | {r['cpp_policy_max_diff']:.1e} |")
+        print(
+            f"| {r['game']} | ours CFR ({device}) | {r['iterations']} | {r['ours_it_s']:.2f} | 1x | "
+            f"{r['ours_nash_conv']:.10f} | — | — |"
+        )
+        print(
+            f"| {r['game']} | OpenSpiel C++ CFRSolver | {r['iterations']} | {r['cpp_it_s']:.2f} | "
+            f"{r['ours_it_s'] / r['cpp_it_s']:.1f}x | {r['cpp_nash_conv']:.10f} | "
+            f"{r['nash_conv_diff_cpp_vs_ours']:.1e} | {r['cpp_policy_max_diff']:.1e} |"
+        )
         note = "" if r["python_iterations"] == r["iterations"] else " (fewer: slow)"
-        print(f"| {r['game']} | OpenSpiel python CFRSolver | {r['python_iterations']}{note} | "
-              f"{r['python_it_s']:.3f} | {r['ours_it_s'] / r['python_it_s']:.0f}x | "
-              f"{r['python_nash_conv']:.10f} | {r['python_nash_conv_diff']:.1e} | {r['python_policy_max_diff']:.1e} |")
+        print(
+            f"| {r['game']} | OpenSpiel python CFRSolver | {r['python_iterations']}{note} | "
+            f"{r['python_it_s']:.3f} | {r['ours_it_s'] / r['python_it_s']:.0f}x | "
+            f"{r['python_nash_conv']:.10f} | {r['python_nash_conv_diff']:.1e} | {r['python_policy_max_diff']:.1e} |"
+        )
     for r in rows:
         if r["python_iterations"] != r["iterations"]:
-            print(f"  note: python CFR ran {r['python_iterations']} iterations on {r['game']} "
-                  f"(vs {r['iterations']}); its row is compared with ours after the same "
-                  f"{r['python_iterations']} (NashConv {r['python_nash_conv_ours_at_same_iterations']:.10f}).")
+            print(
+                f"  note: python CFR ran {r['python_iterations']} iterations on {r['game']} "
+                f"(vs {r['iterations']}); its row is compared with ours after the same "
+                f"{r['python_iterations']} (NashConv {r['python_nash_conv_ours_at_same_iterations']:.10f})."
+            )
 
-    print("\n| game | ours evaluate s | pyspiel.nash_conv s | speed-up | ours NashConv | OpenSpiel NashConv | |diff| |")
+    print(
+        "\n| game | ours evaluate s | pyspiel.nash_conv s | speed-up | ours NashConv | OpenSpiel NashConv | |diff| |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['game']} | {r['eval_ours_s']:.4f} | {r['eval_openspiel_s']:.3f} | "
-              f"{r['eval_openspiel_s'] / r['eval_ours_s']:.0f}x | {r['eval_ours_nash_conv']:.12f} | "
-              f"{r['cpp_nash_conv']:.12f} | {r['eval_diff']:.1e} |")
+        print(
+            f"| {r['game']} | {r['eval_ours_s']:.4f} | {r['eval_openspiel_s']:.3f} | "
+            f"{r['eval_openspiel_s'] / r['eval_ours_s']:.0f}x | {r['eval_ours_nash_conv']:.12f} | "
+            f"{r['cpp_nash_conv']:.12f} | {r['eval_diff']:.1e} |"
+        )
     print("  (same policy: the C++ solver's average after the iterations above)")
 
-    b = bench_batched("leduc_poker", args.batch, batch_iterations, device,
-                      repeats=args.repeats or (1 if q else 3))
-    print(f"\n| leduc_poker, DCFR x {b['variants']} alphas, {b['iterations']} iterations | seconds | "
-          f"variant-iterations/s |")
+    b = bench_batched(
+        "leduc_poker", args.batch, batch_iterations, device, repeats=args.repeats or (1 if q else 3)
+    )
+    print(
+        f"\n| leduc_poker, DCFR x {b['variants']} alphas, {b['iterations']} iterations | seconds | "
+        f"variant-iterations/s |"
+    )
     print("|---|---|---|")
-    print(f"| one batched solver (B={b['variants']}) | {b['batched_s']:.2f} | "
-          f"{b['variants'] * b['iterations'] / b['batched_s']:.0f} |")
-    print(f"| {b['variants']} sequential solvers (B=1) | {b['sequential_s']:.2f} | "
-          f"{b['variants'] * b['iterations'] / b['sequential_s']:.0f} |")
-    print(f"  speed-up {b['speedup']:.1f}x; max |Δ exploitability| batched vs sequential "
-          f"{b['max_exploitability_diff']:.1e}; best alpha {b['best_alpha']:.2f} "
-          f"(exploitability {b['best_exploitability']:.4e})")
+    print(
+        f"| one batched solver (B={b['variants']}) | {b['batched_s']:.2f} | "
+        f"{b['variants'] * b['iterations'] / b['batched_s']:.0f} |"
+    )
+    print(
+        f"| {b['variants']} sequential solvers (B=1) | {b['sequential_s']:.2f} | "
+        f"{b['variants'] * b['iterations'] / b['sequential_s']:.0f} |"
+    )
+    print(
+        f"  speed-up {b['speedup']:.1f}x; max |Δ exploitability| batched vs sequential "
+        f"{b['max_exploitability_diff']:.1e}; best alpha {b['best_alpha']:.2f} "
+        f"(exploitability {b['best_exploitability']:.4e})"
+    )
 
     head: dict = {"benchmark": "cfr_speed", "device": str(device), "quick": q}
     for r in rows:
-        k = "leduc3" if r["players"] == 3 and "leduc" in r["game"] else \
-            ("leduc" if r["game"] == "leduc_poker" else r["game"])
+        k = (
+            "leduc3"
+            if r["players"] == 3 and "leduc" in r["game"]
+            else ("leduc" if r["game"] == "leduc_poker" else r["game"])
+        )
         head[f"{k}_iterations"] = r["iterations"]
         head[f"{k}_ours_it_s"] = round(r["ours_it_s"], 3)
         head[f"{k}_cpp_it_s"] = round(r["cpp_it_s"], 3)

@@ -45,7 +45,7 @@ import torch
 
 ALL_MODULES = ["none", "commnet", "tarmac", "ic3net", "dial", "gat", "commformer"]
 # Published references for MPE speaker-listener (see the note).
-PUBLISHED_NOTE = 'the MAPPO paper (arXiv 2103.01955) and EPyMARL (arXiv 2006.07869) report MPE speaker-listener episode returns for MAPPO; their tables could not be checked offline when this was written, so no figure is quoted. The scripted listeners above bound the task: steering to the centre of the landmarks (what a listener that ignores the speaker can do) and steering to the goal (what perfect communication allows)'
+PUBLISHED_NOTE = "the MAPPO paper (arXiv 2103.01955) and EPyMARL (arXiv 2006.07869) report MPE speaker-listener episode returns for MAPPO; their tables could not be checked offline when this was written, so no figure is quoted. The scripted listeners above bound the task: steering to the centre of the landmarks (what a listener that ignores the speaker can do) and steering to the goal (what perfect communication allows)"
 
 
 def _run_one(args: tuple) -> dict:
@@ -59,19 +59,42 @@ def _run_one(args: tuple) -> dict:
     done_file = out / "result.json"
     if done_file.exists() and not fresh:
         prev = json.loads(done_file.read_text())
-        if prev.get("steps") == steps and prev.get("num_envs") == num_envs and prev.get("overrides") == overrides:
+        if (
+            prev.get("steps") == steps
+            and prev.get("num_envs") == num_envs
+            and prev.get("overrides") == overrides
+        ):
             prev["reused"] = True
             return prev
-    cfg = MAPPOConfig(env="speaker_listener", algo=algo, comm=module, total_steps=steps,
-                      num_envs=num_envs, seed=seed, device="cpu", **overrides)
+    cfg = MAPPOConfig(
+        env="speaker_listener",
+        algo=algo,
+        comm=module,
+        total_steps=steps,
+        num_envs=num_envs,
+        seed=seed,
+        device="cpu",
+        **overrides,
+    )
     res = train_comm(cfg, out, progress=False, eval_episodes=eval_episodes)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["env_steps"], r["mean_episode_return"]) for r in rows if r["mean_episode_return"] is not None]
-    summary = {"module": module, "seed": seed, "steps": steps, "num_envs": num_envs, "overrides": overrides,
-               "final_return": res.final_return, "eval_mean": res.eval_return_mean,
-               "eval_std": res.eval_return_std, "auc": sum(y for _, y in curve) / max(len(curve), 1),
-               "messages_per_step": res.messages_per_step, "wall_s": res.wall_s, "env_steps": res.env_steps,
-               "curve": curve, "run_dir": str(out)}
+    summary = {
+        "module": module,
+        "seed": seed,
+        "steps": steps,
+        "num_envs": num_envs,
+        "overrides": overrides,
+        "final_return": res.final_return,
+        "eval_mean": res.eval_return_mean,
+        "eval_std": res.eval_return_std,
+        "auc": sum(y for _, y in curve) / max(len(curve), 1),
+        "messages_per_step": res.messages_per_step,
+        "wall_s": res.wall_s,
+        "env_steps": res.env_steps,
+        "curve": curve,
+        "run_dir": str(out),
+    }
     tmp = done_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(summary))
     os.replace(tmp, done_file)
@@ -97,7 +120,7 @@ def scripted_references(episodes: int = 4096, seed: int = 7) -> dict[str, float]
             goal = (sp.unsqueeze(1) - colours.unsqueeze(0)).abs().sum(-1).argmin(-1)
             vel, rel = li[:, :2], li[:, 2:8].view(-1, 3, 2)
             target = rel[torch.arange(episodes), goal] if mode == "told the goal" else rel.mean(1)
-            d = target - 0.5 * vel                               # steer with some braking
+            d = target - 0.5 * vel  # steer with some braking
             ax = torch.where(d[:, 0] > 0, 2, 1)
             ay = torch.where(d[:, 1] > 0, 4, 3)
             a = torch.where(d[:, 0].abs() > d[:, 1].abs(), ax, ay)
@@ -127,8 +150,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--runs-dir", default="runs/comm_results")
     p.add_argument("--jobs", type=int, default=1, help="parallel training processes")
     p.add_argument("--fresh", action="store_true", help="retrain runs already in --runs-dir")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
-                   help="MAPPOConfig overrides, e.g. num_minibatches=16 lr=0.001")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=JSON",
+        help="MAPPOConfig overrides, e.g. num_minibatches=16 lr=0.001",
+    )
     a = p.parse_args(argv)
 
     overrides = {}
@@ -144,8 +172,11 @@ def main(argv: list[str] | None = None) -> dict:
         a.modules = ["none", *a.modules]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(m, s, a.steps, a.num_envs, a.runs_dir, a.eval_episodes, a.fresh, a.algo, overrides)
-            for s in range(a.seeds) for m in a.modules]
+    jobs = [
+        (m, s, a.steps, a.num_envs, a.runs_dir, a.eval_episodes, a.fresh, a.algo, overrides)
+        for s in range(a.seeds)
+        for m in a.modules
+    ]
     t0 = time.perf_counter()
     results: list[dict] = []
     if a.jobs > 1:
@@ -154,14 +185,22 @@ def main(argv: list[str] | None = None) -> dict:
         with mp.get_context("spawn").Pool(a.jobs) as pool:
             for r in pool.imap_unordered(_run_one, jobs):
                 results.append(r)
-                print(f"  {r['module']:>10} seed {r['seed']}: return {r['final_return']:.2f}, "
-                      f"eval {r['eval_mean']:.2f}, {r['wall_s']:.0f} s", file=sys.stderr, flush=True)
+                print(
+                    f"  {r['module']:>10} seed {r['seed']}: return {r['final_return']:.2f}, "
+                    f"eval {r['eval_mean']:.2f}, {r['wall_s']:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     else:
         for j in jobs:
             r = _run_one(j)
             results.append(r)
-            print(f"  {r['module']:>10} seed {r['seed']}: return {r['final_return']:.2f}, "
-                  f"eval {r['eval_mean']:.2f}, {r['wall_s']:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"  {r['module']:>10} seed {r['seed']}: return {r['final_return']:.2f}, "
+                f"eval {r['eval_mean']:.2f}, {r['wall_s']:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     total_wall = time.perf_counter() - t0
     refs = scripted_references()
 
@@ -177,59 +216,121 @@ def main(argv: list[str] | None = None) -> dict:
         mm, _ = _ms([r["messages_per_step"] for r in rs])
         wm, _ = _ms([r["wall_s"] for r in rs])
         wins = sum(1 for r in rs if r["eval_mean"] > none_eval.get(r["seed"], float("inf")))
-        rows.append({"module": m, "seeds": len(rs), "final_return_mean": fm, "final_return_std": fs,
-                     "eval_return_mean": em, "eval_return_std": es, "auc_mean": am, "auc_std": as_,
-                     "messages_per_step": mm, "wall_s_per_run": wm,
-                     "eval_minus_none": em - _ms(list(none_eval.values()))[0],
-                     "final_minus_none": fm - _ms(list(none_final.values()))[0],
-                     "seeds_beating_none_eval": wins if m != "none" else None,
-                     "per_seed": [{k: r[k] for k in ("seed", "final_return", "eval_mean", "eval_std", "auc",
-                                                     "messages_per_step", "wall_s")} for r in rs]})
+        rows.append(
+            {
+                "module": m,
+                "seeds": len(rs),
+                "final_return_mean": fm,
+                "final_return_std": fs,
+                "eval_return_mean": em,
+                "eval_return_std": es,
+                "auc_mean": am,
+                "auc_std": as_,
+                "messages_per_step": mm,
+                "wall_s_per_run": wm,
+                "eval_minus_none": em - _ms(list(none_eval.values()))[0],
+                "final_minus_none": fm - _ms(list(none_final.values()))[0],
+                "seeds_beating_none_eval": wins if m != "none" else None,
+                "per_seed": [
+                    {
+                        k: r[k]
+                        for k in (
+                            "seed",
+                            "final_return",
+                            "eval_mean",
+                            "eval_std",
+                            "auc",
+                            "messages_per_step",
+                            "wall_s",
+                        )
+                    }
+                    for r in rs
+                ],
+            }
+        )
 
     from societas.marl.comm.plots import plot_curves
 
-    plot_curves({m: [r["curve"] for r in by_mod[m]] for m in a.modules}, out / "curves.png",
-                title=f"{a.algo.upper()} on speaker-listener: {a.seeds} seeds, {a.num_envs} envs "
-                      f"(mean ± std)", reference=refs)
+    plot_curves(
+        {m: [r["curve"] for r in by_mod[m]] for m in a.modules},
+        out / "curves.png",
+        title=f"{a.algo.upper()} on speaker-listener: {a.seeds} seeds, {a.num_envs} envs (mean ± std)",
+        reference=refs,
+    )
 
-    cfg_note = {"steps": a.steps, "seeds": a.seeds, "num_envs": a.num_envs, "algo": a.algo,
-                "eval_episodes": a.eval_episodes, "overrides": overrides}
+    cfg_note = {
+        "steps": a.steps,
+        "seeds": a.seeds,
+        "num_envs": a.num_envs,
+        "algo": a.algo,
+        "eval_episodes": a.eval_episodes,
+        "overrides": overrides,
+    }
     lines = [
         f"# Communication modules on speaker-listener ({a.algo.upper()})",
         "",
-        (f"{a.steps:,} env steps per run, {a.num_envs} envs x 25-step rollouts, seeds 0..{a.seeds - 1}, "
-         f"CPU ({platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread per run, "
-         f"{a.jobs} parallel job(s)); config overrides: {json.dumps(overrides) if overrides else 'none'}."),
-        ("Returns are mean episode returns (sum of 25 rewards, − squared listener-goal distance); "
-         "mean ± std over seeds."),
+        (
+            f"{a.steps:,} env steps per run, {a.num_envs} envs x 25-step rollouts, seeds 0..{a.seeds - 1}, "
+            f"CPU ({platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread per run, "
+            f"{a.jobs} parallel job(s)); config overrides: {json.dumps(overrides) if overrides else 'none'}."
+        ),
+        (
+            "Returns are mean episode returns (sum of 25 rewards, − squared listener-goal distance); "
+            "mean ± std over seeds."
+        ),
         "",
-        ("| module | train return (end) | greedy eval return | AUC (mean over training) | Δ eval vs none "
-         "| seeds > none | messages/step | wall s/run |"),
+        (
+            "| module | train return (end) | greedy eval return | AUC (mean over training) | Δ eval vs none "
+            "| seeds > none | messages/step | wall s/run |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         beats = "—" if r["module"] == "none" else f"{r['seeds_beating_none_eval']}/{r['seeds']}"
         delta = "—" if r["module"] == "none" else f"{r['eval_minus_none']:+.2f}"
-        lines.append(f"| {r['module']} | {r['final_return_mean']:.2f} ± {r['final_return_std']:.2f} "
-                     f"| {r['eval_return_mean']:.2f} ± {r['eval_return_std']:.2f} "
-                     f"| {r['auc_mean']:.2f} ± {r['auc_std']:.2f} | {delta} | {beats} "
-                     f"| {r['messages_per_step']:.2f} | {r['wall_s_per_run']:.0f} |")
-    lines += ["", "Scripted references (same env, this run): "
-              + "; ".join(f"{k} {v:.2f}" for k, v in refs.items()) + ".",
-              "", f"Published: {PUBLISHED_NOTE}.", "",
-              f"Total wall time {total_wall / 60:.1f} min. Run directories: `{a.runs_dir}`.", ""]
+        lines.append(
+            f"| {r['module']} | {r['final_return_mean']:.2f} ± {r['final_return_std']:.2f} "
+            f"| {r['eval_return_mean']:.2f} ± {r['eval_return_std']:.2f} "
+            f"| {r['auc_mean']:.2f} ± {r['auc_std']:.2f} | {delta} | {beats} "
+            f"| {r['messages_per_step']:.2f} | {r['wall_s_per_run']:.0f} |"
+        )
+    lines += [
+        "",
+        "Scripted references (same env, this run): "
+        + "; ".join(f"{k} {v:.2f}" for k, v in refs.items())
+        + ".",
+        "",
+        f"Published: {PUBLISHED_NOTE}.",
+        "",
+        f"Total wall time {total_wall / 60:.1f} min. Run directories: `{a.runs_dir}`.",
+        "",
+    ]
     (out / "table.md").write_text("\n".join(lines))
-    (out / "table.json").write_text(json.dumps({"config": cfg_note, "rows": rows, "references": refs,
-                                                "published": PUBLISHED_NOTE, "total_wall_s": total_wall},
-                                               indent=2))
+    (out / "table.json").write_text(
+        json.dumps(
+            {
+                "config": cfg_note,
+                "rows": rows,
+                "references": refs,
+                "published": PUBLISHED_NOTE,
+                "total_wall_s": total_wall,
+            },
+            indent=2,
+        )
+    )
     print("\n".join(lines))
     none_row = next(r for r in rows if r["module"] == "none")
     others = [r for r in rows if r["module"] != "none"]
-    headline = {"benchmark": "comm_speaker_listener", "algo": a.algo, "steps": a.steps, "seeds": a.seeds,
-                "none_eval": round(none_row["eval_return_mean"], 3),
-                "eval": {r["module"]: round(r["eval_return_mean"], 3) for r in others},
-                "all_beat_none": all(r["eval_return_mean"] > none_row["eval_return_mean"] for r in others),
-                "best": max(others, key=lambda r: r["eval_return_mean"])["module"] if others else None}
+    headline = {
+        "benchmark": "comm_speaker_listener",
+        "algo": a.algo,
+        "steps": a.steps,
+        "seeds": a.seeds,
+        "none_eval": round(none_row["eval_return_mean"], 3),
+        "eval": {r["module"]: round(r["eval_return_mean"], 3) for r in others},
+        "all_beat_none": all(r["eval_return_mean"] > none_row["eval_return_mean"] for r in others),
+        "best": max(others, key=lambda r: r["eval_return_mean"])["module"] if others else None,
+    }
     print(json.dumps(headline))
     return headline
 

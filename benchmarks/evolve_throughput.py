@@ -58,9 +58,11 @@ def task_and_config(name: str, cfr_iterations: int) -> tuple[Task, EvolveConfig]
     task = load_task(TASKS[name])
     config = load_config(task.config_path) if task.config_path else parse_config({})
     if name == "cfr":
-        config.evaluator.task_settings = {"iterations": cfr_iterations,
-                                          "stage1_iterations": max(1, cfr_iterations // 10)}
-        config.evaluator.cascade_thresholds = [-1.0]     # every sane candidate reaches the full stage
+        config.evaluator.task_settings = {
+            "iterations": cfr_iterations,
+            "stage1_iterations": max(1, cfr_iterations // 10),
+        }
+        config.evaluator.cascade_thresholds = [-1.0]  # every sane candidate reaches the full stage
     config.evaluator.timeout = 300
     return task, config
 
@@ -83,7 +85,7 @@ def candidates(task: Task, config: EvolveConfig, count: int) -> list[str]:
 def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
     executor = make_executor(kind, workers)
     try:
-        run_evaluation(jobs[0])                  # warm the page cache and the executor
+        run_evaluation(jobs[0])  # warm the page cache and the executor
         started = time.perf_counter()
         results = dict(executor.map_unordered(run_evaluation, jobs))
         seconds = time.perf_counter() - started
@@ -93,9 +95,15 @@ def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
         if isinstance(outcome, BaseException):
             raise SystemExit(f"{kind} executor, job {index}: {outcome!r}")
     ok = sum(o.status == "ok" for o in results.values())
-    return {"executor": kind, "workers": workers, "candidates": len(jobs), "ok": ok, "seconds": seconds,
-            "per_minute": 60.0 * len(jobs) / seconds,
-            "metrics": [results[i].metrics for i in range(len(jobs))]}
+    return {
+        "executor": kind,
+        "workers": workers,
+        "candidates": len(jobs),
+        "ok": ok,
+        "seconds": seconds,
+        "per_minute": 60.0 * len(jobs) / seconds,
+        "metrics": [results[i].metrics for i in range(len(jobs))],
+    }
 
 
 def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: int) -> dict:
@@ -117,8 +125,14 @@ def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: i
         shutil.rmtree(out, ignore_errors=True)
     # The seed (iteration 0) is evaluated alone before the first batch; it is part of the run.
     evaluated = result.evaluated
-    return {"workers": workers, "iterations": iterations, "evaluated": evaluated, "seconds": seconds,
-            "per_minute": 60.0 * evaluated / seconds, "best": result.best_score}
+    return {
+        "workers": workers,
+        "iterations": iterations,
+        "evaluated": evaluated,
+        "seconds": seconds,
+        "per_minute": 60.0 * evaluated / seconds,
+        "best": result.best_score,
+    }
 
 
 def main() -> None:
@@ -135,9 +149,14 @@ def main() -> None:
     evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
     jobs = [evaluator.job(code) for code in candidates(task, config, count)]
 
-    print(f"# evolve throughput — {platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
-    print(f"task {task.name}" + (f" (K={cfr_iterations} CFR iterations per training game)" if args.task == "cfr" else "")
-          + f", {count} candidates, stages {' -> '.join(evaluator.stages)}, sandboxed\n")
+    print(
+        f"# evolve throughput — {platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
+    )
+    print(
+        f"task {task.name}"
+        + (f" (K={cfr_iterations} CFR iterations per training game)" if args.task == "cfr" else "")
+        + f", {count} candidates, stages {' -> '.join(evaluator.stages)}, sandboxed\n"
+    )
 
     rows: list[dict] = []
     notes: dict[str, str] = {}
@@ -157,8 +176,10 @@ def main() -> None:
         ratio = row["per_minute"] / base["per_minute"]
         if row["workers"] == 2:
             speedups[row["executor"]] = ratio
-        print(f"| {row['executor']} | {row['workers']} | {row['candidates']} | {row['ok']} | {row['seconds']:.1f} | "
-              f"{row['per_minute']:.1f} | {ratio:.2f}x | {'yes' if row['metrics'] == reference else 'NO'} |")
+        print(
+            f"| {row['executor']} | {row['workers']} | {row['candidates']} | {row['ok']} | {row['seconds']:.1f} | "
+            f"{row['per_minute']:.1f} | {ratio:.2f}x | {'yes' if row['metrics'] == reference else 'NO'} |"
+        )
     for kind, note in notes.items():
         print(f"| {kind} | - | - | - | - | - | - | {note} |")
 
@@ -166,19 +187,30 @@ def main() -> None:
     if not q:
         for workers in (1, 2):
             search.append(controller_run(task, config, workers, count))
-        print("\n| search (Controller, LLM-free) | workers | evaluated | seconds | candidates/min | vs 1 worker |")
+        print(
+            "\n| search (Controller, LLM-free) | workers | evaluated | seconds | candidates/min | vs 1 worker |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         for row in search:
-            print(f"| batch {2 * row['workers']} | {row['workers']} | {row['evaluated']} | {row['seconds']:.1f} | "
-                  f"{row['per_minute']:.1f} | {row['per_minute'] / search[0]['per_minute']:.2f}x |")
+            print(
+                f"| batch {2 * row['workers']} | {row['workers']} | {row['evaluated']} | {row['seconds']:.1f} | "
+                f"{row['per_minute']:.1f} | {row['per_minute'] / search[0]['per_minute']:.2f}x |"
+            )
     target = 1.7
     got = speedups.get("process")
     if got is not None:
-        print(f"\nprocess pool, 2 workers vs 1: {got:.2f}x (target >= {target}x)"
-              + ("" if got >= target else " — below target; is another job using the CPUs?"))
+        print(
+            f"\nprocess pool, 2 workers vs 1: {got:.2f}x (target >= {target}x)"
+            + ("" if got >= target else " — below target; is another job using the CPUs?")
+        )
 
-    head: dict = {"benchmark": "evolve_throughput", "task": task.name, "quick": q, "candidates": count,
-                  "cpus": os.cpu_count()}
+    head: dict = {
+        "benchmark": "evolve_throughput",
+        "task": task.name,
+        "quick": q,
+        "candidates": count,
+        "cpus": os.cpu_count(),
+    }
     if args.task == "cfr":
         head["cfr_iterations"] = cfr_iterations
     for row in rows:

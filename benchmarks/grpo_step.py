@@ -92,37 +92,57 @@ def chat(p: str) -> list[dict[str, str]]:
 
 # --------------------------------------------------------------------------- ours
 def run_ours(llm, prompts, group: int, max_new: int, warmup: int, steps: int) -> dict:
-    trainer = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=LR, kl_beta=0.0, loss_type="grpo",
-                                                                 clip_eps=0.2, max_grad_norm=1.0, seed=SEED))
+    trainer = PolicyTrainer(
+        llm.model,
+        llm.tokenizer,
+        GRPOConfig(lr=LR, kl_beta=0.0, loss_type="grpo", clip_eps=0.2, max_grad_norm=1.0, seed=SEED),
+    )
     msgs = [chat(p) for p in prompts]
     prompt_ids = encode_with_tokenizer(llm.tokenizer, msgs)
     rows = []
     for k in range(warmup + steps):
-        params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new, n=group,
-                                logprobs=True, seed=SEED + k)
+        params = SamplingParams(
+            temperature=1.0, top_p=1.0, max_new_tokens=max_new, n=group, logprobs=True, seed=SEED + k
+        )
         t0 = time.perf_counter()
-        outs = llm.generate(msgs, params)                 # ONE batched call: P prompts x G samples
+        outs = llm.generate(msgs, params)  # ONE batched call: P prompts x G samples
         t1 = time.perf_counter()
         samples, rewards, groups = [], [], []
         for i, comps in enumerate(outs):
             for c in comps:
                 n = len(c.token_ids)
-                samples.append(TokenSample("policy", prompt_ids[i], list(c.token_ids), [1] * n,
-                                           list(c.logprobs), group_key=str(i)))
+                samples.append(
+                    TokenSample(
+                        "policy",
+                        prompt_ids[i],
+                        list(c.token_ids),
+                        [1] * n,
+                        list(c.logprobs),
+                        group_key=str(i),
+                    )
+                )
                 rewards.append(reward_text(c.text))
                 groups.append(i)
         m = trainer.step(samples, torch.tensor(rewards), groups)
         t2 = time.perf_counter()
         tokens = sum(len(c.token_ids) for comps in outs for c in comps)
-        rows.append({"gen_s": t1 - t0, "update_s": t2 - t1, "step_s": t2 - t0, "tokens": tokens,
-                     "reward_mean": m["reward_mean"]})
+        rows.append(
+            {
+                "gen_s": t1 - t0,
+                "update_s": t2 - t1,
+                "step_s": t2 - t0,
+                "tokens": tokens,
+                "reward_mean": m["reward_mean"],
+            }
+        )
     timed = rows[warmup:]
     return _summary(timed, prompt_len=statistics.mean(len(p) for p in prompt_ids))
 
 
 # --------------------------------------------------------------------------- TRL
-def run_trl(base_model, tokenizer, prompts, group: int, max_new: int, warmup: int, steps: int,
-            threads: int) -> dict:
+def run_trl(
+    base_model, tokenizer, prompts, group: int, max_new: int, warmup: int, steps: int, threads: int
+) -> dict:
     import transformers
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
@@ -132,8 +152,10 @@ def run_trl(base_model, tokenizer, prompts, group: int, max_new: int, warmup: in
     transformers.logging.set_verbosity_error()
     logging.getLogger("trl").setLevel(logging.ERROR)
 
-    gen_tokens: list[int] = []      # completion lengths seen by the reward function since the last step end
-    gen_time: list[float] = []      # seconds in TRL's rollout (generate + reward + advantages) since the last step end
+    gen_tokens: list[int] = []  # completion lengths seen by the reward function since the last step end
+    gen_time: list[
+        float
+    ] = []  # seconds in TRL's rollout (generate + reward + advantages) since the last step end
 
     def reward_fn(prompts, completions, completion_ids, **kw):
         gen_tokens.extend(len(ids) for ids in completion_ids)
@@ -151,8 +173,15 @@ def run_trl(base_model, tokenizer, prompts, group: int, max_new: int, warmup: in
         def on_step_end(self, args, state, control, **kw):
             dt = time.perf_counter() - self.t0
             g = sum(gen_time)
-            self.rows.append({"step_s": dt, "gen_s": g, "update_s": dt - g, "tokens": sum(gen_tokens),
-                              "rollouts": len(gen_tokens)})
+            self.rows.append(
+                {
+                    "step_s": dt,
+                    "gen_s": g,
+                    "update_s": dt - g,
+                    "tokens": sum(gen_tokens),
+                    "rollouts": len(gen_tokens),
+                }
+            )
             gen_tokens.clear()
             gen_time.clear()
 
@@ -192,8 +221,14 @@ def run_trl(base_model, tokenizer, prompts, group: int, max_new: int, warmup: in
     model = copy.deepcopy(base_model)
     ds = Dataset.from_list([{"prompt": chat(p)} for p in prompts])
     timer = StepTimer()
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=cfg, train_dataset=ds,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_fn,
+        args=cfg,
+        train_dataset=ds,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     trainer.remove_callback(PrinterCallback)  # its per-step metric dicts would clutter the table
 
     # Time TRL's rollout phase for the generation/update split (a pass-through
@@ -216,8 +251,10 @@ def run_trl(base_model, tokenizer, prompts, group: int, max_new: int, warmup: in
         raise RuntimeError(f"TRL ran {len(timer.rows)} steps, expected {warmup + steps}")
     bad = [r for r in timer.rows if r["rollouts"] != batch]
     if bad:
-        raise RuntimeError(f"TRL step generated {bad[0]['rollouts']} completions, expected {batch} "
-                           "(generation is not one batch per step)")
+        raise RuntimeError(
+            f"TRL step generated {bad[0]['rollouts']} completions, expected {batch} "
+            "(generation is not one batch per step)"
+        )
     if torch.get_num_threads() != threads:
         print(f"# warning: torch threads changed to {torch.get_num_threads()} during TRL training")
     return _summary(timer.rows[warmup:])
@@ -245,8 +282,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="timed GRPO steps per side")
     ap.add_argument("--warmup", type=int, default=1, help="untimed GRPO steps per side, run first")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
-    ap.add_argument("--prompts", type=int, default=1, choices=range(1, len(PROMPTS) + 1),
-                    help="distinct prompts per step")
+    ap.add_argument(
+        "--prompts", type=int, default=1, choices=range(1, len(PROMPTS) + 1), help="distinct prompts per step"
+    )
     ap.add_argument("--max-new-tokens", type=int, default=64, help="completion limit")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
     ap.add_argument("--skip-trl", action="store_true", help="measure ours only")
@@ -272,29 +310,49 @@ def main() -> None:
     llm = load_llm("embedded")
     # A pristine copy for TRL, taken before our side trains the shared model in place.
     trl_model = None if args.skip_trl else copy.deepcopy(llm.model)
-    print(f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"threads {threads}, model {MODEL_ID} ({llm.model.dtype}, cpu)")
-    print(f"# {len(prompts)} prompt(s) x G={args.group}, <= {args.max_new_tokens} new tokens, "
-          f"temperature 1.0, lr {LR}, beta 0, {args.warmup} warm-up + {args.steps} timed steps per side")
+    print(
+        f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"threads {threads}, model {MODEL_ID} ({llm.model.dtype}, cpu)"
+    )
+    print(
+        f"# {len(prompts)} prompt(s) x G={args.group}, <= {args.max_new_tokens} new tokens, "
+        f"temperature 1.0, lr {LR}, beta 0, {args.warmup} warm-up + {args.steps} timed steps per side"
+    )
 
     torch.manual_seed(SEED)
     ours = run_ours(llm, prompts, args.group, args.max_new_tokens, args.warmup, args.steps)
     trl_res = None
     if not args.skip_trl:
-        trl_res = run_trl(trl_model, llm.tokenizer, prompts, args.group, args.max_new_tokens,
-                          args.warmup, args.steps, threads)
+        trl_res = run_trl(
+            trl_model,
+            llm.tokenizer,
+            prompts,
+            args.group,
+            args.max_new_tokens,
+            args.warmup,
+            args.steps,
+            threads,
+        )
 
-    print("\n| trainer | s / step | generated tok / step | generated tok/s | generation s | update s | "
-          "generation-only tok/s |")
+    print(
+        "\n| trainer | s / step | generated tok / step | generated tok/s | generation s | update s | "
+        "generation-only tok/s |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| societas PolicyTrainer | {ours['step_s']:.2f} | {ours['tokens_per_step']:.0f} | "
-          f"{ours['tokens_per_s']:.1f} | {ours['gen_s']:.2f} | {ours['update_s']:.2f} | {ours['gen_tokens_per_s']:.1f} |")
+    print(
+        f"| societas PolicyTrainer | {ours['step_s']:.2f} | {ours['tokens_per_step']:.0f} | "
+        f"{ours['tokens_per_s']:.1f} | {ours['gen_s']:.2f} | {ours['update_s']:.2f} | {ours['gen_tokens_per_s']:.1f} |"
+    )
     if trl_res:
-        print(f"| TRL {trl_version} GRPOTrainer | {trl_res['step_s']:.2f} | {trl_res['tokens_per_step']:.0f} | "
-              f"{trl_res['tokens_per_s']:.1f} | {trl_res['gen_s']:.2f} | {trl_res['update_s']:.2f} | "
-              f"{trl_res['gen_tokens_per_s']:.1f} |")
-        print(f"\nours / TRL, generated tokens per second of whole steps: "
-              f"{ours['tokens_per_s'] / trl_res['tokens_per_s']:.2f}x")
+        print(
+            f"| TRL {trl_version} GRPOTrainer | {trl_res['step_s']:.2f} | {trl_res['tokens_per_step']:.0f} | "
+            f"{trl_res['tokens_per_s']:.1f} | {trl_res['gen_s']:.2f} | {trl_res['update_s']:.2f} | "
+            f"{trl_res['gen_tokens_per_s']:.1f} |"
+        )
+        print(
+            f"\nours / TRL, generated tokens per second of whole steps: "
+            f"{ours['tokens_per_s'] / trl_res['tokens_per_s']:.2f}x"
+        )
     else:
         print("| TRL GRPOTrainer | skipped | | | | | |")
 

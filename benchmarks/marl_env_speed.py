@@ -60,8 +60,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_rate(step: Callable[[], None], steps_per_call: int, seconds: float, repeats: int,
-              device: torch.device, warmup: int = 30) -> float:
+def best_rate(
+    step: Callable[[], None],
+    steps_per_call: int,
+    seconds: float,
+    repeats: int,
+    device: torch.device,
+    warmup: int = 30,
+) -> float:
     """Best over ``repeats`` windows of ``steps_per_call * calls / elapsed``."""
     for _ in range(warmup):
         step()
@@ -88,8 +94,7 @@ def bench_torch(num_envs: int, device: torch.device, seconds: float, repeats: in
     sizes = [(a, env.action_sizes[a]) for a in env.agents]
 
     def step() -> None:
-        env.step({a: torch.randint(n, (num_envs,), generator=gen, device=device)
-                  for a, n in sizes})
+        env.step({a: torch.randint(n, (num_envs,), generator=gen, device=device) for a, n in sizes})
 
     return best_rate(step, num_envs, seconds, repeats, device)
 
@@ -113,8 +118,9 @@ def bench_mpe2(seconds: float, repeats: int) -> float:
 def bench_mpe2_adapter(num_envs: int, seconds: float, repeats: int) -> float:
     from mpe2 import simple_speaker_listener_v4
 
-    env = PettingZooBatchedEnv(simple_speaker_listener_v4.parallel_env, num_envs=num_envs,
-                               device="cpu", seed=0)
+    env = PettingZooBatchedEnv(
+        simple_speaker_listener_v4.parallel_env, num_envs=num_envs, device="cpu", seed=0
+    )
     env.reset()
     gen = torch.Generator().manual_seed(0)
 
@@ -127,8 +133,14 @@ def bench_mpe2_adapter(num_envs: int, seconds: float, repeats: int) -> float:
 def bench_vmas(num_envs: int, device: torch.device, seconds: float, repeats: int) -> float:
     import vmas
 
-    env = vmas.make_env("simple_speaker_listener", num_envs=num_envs, device=str(device),
-                        continuous_actions=False, max_steps=EPISODE, seed=0)
+    env = vmas.make_env(
+        "simple_speaker_listener",
+        num_envs=num_envs,
+        device=str(device),
+        continuous_actions=False,
+        max_steps=EPISODE,
+        seed=0,
+    )
     env.reset()
     sizes = [int(space.n) for space in env.action_space]
     gen = torch.Generator(device=device).manual_seed(0)
@@ -170,12 +182,10 @@ def fmt(x: float) -> str:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto")
-    p.add_argument("--sizes", default="1,64,1024,8192",
-                   help="comma-separated batch sizes")
+    p.add_argument("--sizes", default="1,64,1024,8192", help="comma-separated batch sizes")
     p.add_argument("--seconds", type=float, default=1.0, help="length of one timing window")
     p.add_argument("--repeats", type=int, default=3, help="timing windows per figure (best)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch.set_num_threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)")
     p.add_argument("--no-vmas", action="store_true", help="skip VMAS")
     p.add_argument("--train", action="store_true", help="also measure MAPPO+TarMAC training")
     p.add_argument("--train-sizes", default="64,512", help="batch sizes of the training measurement")
@@ -203,22 +213,32 @@ def _run(args: argparse.Namespace, device: torch.device, sizes: list[int]) -> di
     adapter_b = 64
     adapter = bench_mpe2_adapter(adapter_b, args.seconds, args.repeats)
 
-    print(f"\nspeaker-listener env steps/s (one step of one env copy; best of "
-          f"{args.repeats} x {args.seconds:g} s; device {device}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()})\n")
-    head = f"{'envs B':>8} | {'ours (torch)':>13} | {'VMAS':>10} | {'mpe2 loop':>10} | " \
-           f"{'ours/mpe2':>10} | {'ours/VMAS':>10}"
+    print(
+        f"\nspeaker-listener env steps/s (one step of one env copy; best of "
+        f"{args.repeats} x {args.seconds:g} s; device {device}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()})\n"
+    )
+    head = (
+        f"{'envs B':>8} | {'ours (torch)':>13} | {'VMAS':>10} | {'mpe2 loop':>10} | "
+        f"{'ours/mpe2':>10} | {'ours/VMAS':>10}"
+    )
     print(head)
     print("-" * len(head))
     for b in sizes:
         k = str(b)
         v = vm.get(k)
-        print(f"{b:>8} | {fmt(ours[k]):>13} | {fmt(v) if v else '-':>10} | {fmt(mpe):>10} | "
-              f"{ours[k] / mpe:>9.1f}x | {(f'{ours[k] / v:.1f}x' if v else '-'):>10}")
-    print(f"\nmpe2: one env in a Python loop, {fmt(mpe)} env steps/s; B copies in a loop give "
-          f"the same total ({fmt(mpe)}/s for any B).")
-    print(f"mpe2 through PettingZooBatchedEnv (B={adapter_b}, Python loop + tensor "
-          f"conversion): {fmt(adapter)} env steps/s.")
+        print(
+            f"{b:>8} | {fmt(ours[k]):>13} | {fmt(v) if v else '-':>10} | {fmt(mpe):>10} | "
+            f"{ours[k] / mpe:>9.1f}x | {(f'{ours[k] / v:.1f}x' if v else '-'):>10}"
+        )
+    print(
+        f"\nmpe2: one env in a Python loop, {fmt(mpe)} env steps/s; B copies in a loop give "
+        f"the same total ({fmt(mpe)}/s for any B)."
+    )
+    print(
+        f"mpe2 through PettingZooBatchedEnv (B={adapter_b}, Python loop + tensor "
+        f"conversion): {fmt(adapter)} env steps/s."
+    )
 
     result: dict = {
         "benchmark": "marl_env_speed",
@@ -233,8 +253,7 @@ def _run(args: argparse.Namespace, device: torch.device, sizes: list[int]) -> di
         "ratio_vs_vmas": {k: round(ours[k] / vm[k], 2) for k in vm},
     }
     if args.train:
-        tr = bench_train([int(x) for x in args.train_sizes.split(",")], device,
-                         max(args.seconds, 2.0))
+        tr = bench_train([int(x) for x in args.train_sizes.split(",")], device, max(args.seconds, 2.0))
         if isinstance(tr, str):
             print(f"\nMAPPO+TarMAC training throughput: {tr}")
         else:
@@ -243,8 +262,10 @@ def _run(args: argparse.Namespace, device: torch.device, sizes: list[int]) -> di
             print("|---|---|---|---|")
             for k, v in tr.items():
                 print(f"| {k} | {fmt(v['torch'])} | {fmt(v['mpe2'])} | {v['ratio']:.1f}x |")
-            result["train"] = {k: {"torch": round(v["torch"]), "mpe2": round(v["mpe2"]),
-                                   "ratio": round(v["ratio"], 2)} for k, v in tr.items()}
+            result["train"] = {
+                k: {"torch": round(v["torch"]), "mpe2": round(v["mpe2"]), "ratio": round(v["ratio"], 2)}
+                for k, v in tr.items()
+            }
         result["train_status"] = tr if isinstance(tr, str) else "ok"
     print(json.dumps(result))
     return result

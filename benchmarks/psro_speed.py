@@ -76,17 +76,27 @@ def bench_game(name: str, iterations: int, sample: int, seed: int) -> dict:
     diff_tree = float(np.abs(vals - expected).max())
 
     k_os = min(k, max(4, sample // 10))
-    converted = [_pyspiel_policy(tree, game, pols[i:i + 1]) for i in range(k_os)]
+    converted = [_pyspiel_policy(tree, game, pols[i : i + 1]) for i in range(k_os)]
     root = game.new_initial_state()
     t = time.perf_counter()
     os_vals = [pyspiel.expected_returns(root, converted[i], -1, True) for i in range(k_os)]
     t_os = (time.perf_counter() - t) / k_os * total
     diff_os = float(np.abs(np.asarray(os_vals) - expected[:k_os]).max())
-    return {"game": name, "iterations": iterations, "profiles": total, "terminals": len(tree.terminals),
-            "ours_s": t_ours, "tree_per_profile_s": t_tree, "openspiel_cpp_s": t_os,
-            "sampled_tree": k, "sampled_openspiel": k_os, "diff_tree": diff_tree,
-            "diff_openspiel": diff_os, "psro_run_s": res.wall_time,
-            "psro_meta_game_s": res.timings["meta_game"]}
+    return {
+        "game": name,
+        "iterations": iterations,
+        "profiles": total,
+        "terminals": len(tree.terminals),
+        "ours_s": t_ours,
+        "tree_per_profile_s": t_tree,
+        "openspiel_cpp_s": t_os,
+        "sampled_tree": k,
+        "sampled_openspiel": k_os,
+        "diff_tree": diff_tree,
+        "diff_openspiel": diff_os,
+        "psro_run_s": res.wall_time,
+        "psro_meta_game_s": res.timings["meta_game"],
+    }
 
 
 def main() -> None:
@@ -98,21 +108,36 @@ def main() -> None:
     args = ap.parse_args()
     rows = [bench_game(g, args.iterations, args.sample, args.seed) for g in args.games]
     print(f"\nExact meta-game of {args.iterations} PSRO iterations (uniform), whole tensor, seconds")
-    print("| game | profiles | ours | per-profile tree eval (ours) | OpenSpiel C++ expected_returns "
-          "| speed-up vs C++ | max diff |")
+    print(
+        "| game | profiles | ours | per-profile tree eval (ours) | OpenSpiel C++ expected_returns "
+        "| speed-up vs C++ | max diff |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| `{r['game']}` | {r['profiles']:,} | **{r['ours_s']:.3f}** | {r['tree_per_profile_s']:.1f} "
-              f"| {r['openspiel_cpp_s']:.1f} | **{r['openspiel_cpp_s'] / r['ours_s']:.0f}x** "
-              f"| {max(r['diff_tree'], r['diff_openspiel']):.1e} |")
-    print(f"(per-profile columns extrapolated from {rows[0]['sampled_tree']} / "
-          f"{rows[0]['sampled_openspiel']} sampled profiles)")
-    print(json.dumps({"benchmark": "psro_meta_game", "iterations": args.iterations,
-                      "speedup_vs_openspiel_cpp": {r["game"]: round(r["openspiel_cpp_s"] / r["ours_s"], 1)
-                                                   for r in rows},
-                      "speedup_vs_per_profile_tree": {r["game"]: round(r["tree_per_profile_s"] / r["ours_s"], 1)
-                                                      for r in rows},
-                      "max_abs_diff": max(max(r["diff_tree"], r["diff_openspiel"]) for r in rows)}))
+        print(
+            f"| `{r['game']}` | {r['profiles']:,} | **{r['ours_s']:.3f}** | {r['tree_per_profile_s']:.1f} "
+            f"| {r['openspiel_cpp_s']:.1f} | **{r['openspiel_cpp_s'] / r['ours_s']:.0f}x** "
+            f"| {max(r['diff_tree'], r['diff_openspiel']):.1e} |"
+        )
+    print(
+        f"(per-profile columns extrapolated from {rows[0]['sampled_tree']} / "
+        f"{rows[0]['sampled_openspiel']} sampled profiles)"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "psro_meta_game",
+                "iterations": args.iterations,
+                "speedup_vs_openspiel_cpp": {
+                    r["game"]: round(r["openspiel_cpp_s"] / r["ours_s"], 1) for r in rows
+                },
+                "speedup_vs_per_profile_tree": {
+                    r["game"]: round(r["tree_per_profile_s"] / r["ours_s"], 1) for r in rows
+                },
+                "max_abs_diff": max(max(r["diff_tree"], r["diff_openspiel"]) for r in rows),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -93,7 +93,10 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict:
         a_sub = adj if adj.dim() == 2 else adj[: len(sub)]
         rt = run_runtime(env, a_sub, sub, seed=seed)
         fast_sub = env.evaluate(a_sub, sub)
-        agree &= rt.success == fast_sub.success.tolist() and [float(m) for m in rt.messages] == fast_sub.messages.tolist()
+        agree &= (
+            rt.success == fast_sub.success.tolist()
+            and [float(m) for m in rt.messages] == fast_sub.messages.tolist()
+        )
         out["rows"][key] = {**fast, **{f"runtime_{k}": v for k, v in rt.summary().items()}}
     out["runtime_agrees"] = agree
     out["runs"] = runs
@@ -181,7 +184,10 @@ def main() -> None:
         f"{env.config.facts_per_task + 1} (its fact keepers to a skilled expert, the expert to the answerer).",
         "",
         "Training time per run (s): "
-        + ", ".join(f"{m} {statistics.fmean(r['train_s'][m] for r in per_seed):.1f}" for m in ("gptswarm", "gdesigner")),
+        + ", ".join(
+            f"{m} {statistics.fmean(r['train_s'][m] for r in per_seed):.1f}"
+            for m in ("gptswarm", "gdesigner")
+        ),
         "",
     ]
     if llm_rows:
@@ -193,13 +199,20 @@ def main() -> None:
         ]
         for key, row in llm_rows.items():
             label = dict(ROWS)[key]
-            lines.append(f"| {label} | {row['success']:.3f} | {row['messages']:.2f} | {row['calls']:.2f} | {row['wall_s']:.1f} |")
+            lines.append(
+                f"| {label} | {row['success']:.3f} | {row['messages']:.2f} | {row['calls']:.2f} | {row['wall_s']:.1f} |"
+            )
         lines.append("")
-    lines += [f"Learned topologies of seed {first['seed']} (`graphs_seed{first['seed']}.md` has them as Mermaid):", ""]
+    lines += [
+        f"Learned topologies of seed {first['seed']} (`graphs_seed{first['seed']}.md` has them as Mermaid):",
+        "",
+    ]
     for method, res in first["runs"].items():
         for key, gr in res.graphs.items():
             label = "every task" if key == "graph" else f"type {key}"
-            lines.append(f"- {method}, {label}: " + (", ".join(f"{a} -> {b}" for a, b in gr.edges) or "(no edges)"))
+            lines.append(
+                f"- {method}, {label}: " + (", ".join(f"{a} -> {b}" for a, b in gr.edges) or "(no edges)")
+            )
     table_md = "\n".join(lines) + "\n"
     (out_dir / "table.md").write_text(table_md, encoding="utf-8")
 
@@ -227,8 +240,15 @@ def main() -> None:
         "config": {k: v for k, v in vars(args).items()},
         "env": env.config.model_dump(),
         "rows": {key: {m: {"mean": v[0], "std": v[1]} for m, v in agg[key].items()} for key, _ in ROWS},
-        "per_seed": [{"seed": r["seed"], "rows": r["rows"], "train_s": r["train_s"], "runtime_agrees": r["runtime_agrees"]}
-                     for r in per_seed],
+        "per_seed": [
+            {
+                "seed": r["seed"],
+                "rows": r["rows"],
+                "train_s": r["train_s"],
+                "runtime_agrees": r["runtime_agrees"],
+            }
+            for r in per_seed
+        ],
         "real_llm": {"llm": args.llm, "tasks": args.llm_tasks, "rows": llm_rows} if llm_rows else None,
         "headline": headline,
         "wall_s": time.perf_counter() - t0,

@@ -150,7 +150,11 @@ def _langgraph(layers: int, width: int, repeats: int) -> dict:
         from importlib.metadata import version as _v
 
         version = _v("langgraph")
-    return {"ms_per_node": statistics.median(walls) / (layers * width) * 1e3, "build_s": build, "version": version}
+    return {
+        "ms_per_node": statistics.median(walls) / (layers * width) * 1e3,
+        "build_s": build,
+        "version": version,
+    }
 
 
 def main() -> None:
@@ -161,7 +165,9 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 2)
     print(f"# machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     rows = batching(args.quick, repeats)
-    print("\n| graph | batched tok/s | one-at-a-time tok/s | speed-up | batched wall s | sequential wall s | tokens | same outputs |")
+    print(
+        "\n| graph | batched tok/s | one-at-a-time tok/s | speed-up | batched wall s | sequential wall s | tokens | same outputs |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         print(
@@ -184,7 +190,9 @@ def main() -> None:
         "society_batched_tok_s": round(rows["society 8x2"]["batched_tok_s"], 1),
         "runtime_ms_per_node": round(ov["societas"]["ms_per_node"], 4),
         "langgraph_ms_per_node": round(lg["ms_per_node"], 4) if lg else None,
-        "overhead_ratio_vs_langgraph": round(lg["ms_per_node"] / ov["societas"]["ms_per_node"], 1) if lg else None,
+        "overhead_ratio_vs_langgraph": round(lg["ms_per_node"] / ov["societas"]["ms_per_node"], 1)
+        if lg
+        else None,
     }
     print(json.dumps(head))
 

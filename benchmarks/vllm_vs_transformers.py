@@ -37,7 +37,10 @@ PROMPTS = [
     "Describe how a bicycle works.",
     "Give me a recipe idea for a quick dinner.",
     "Why do cats purr? Answer briefly.",
-    [{"role": "system", "content": "You are a patient teacher."}, {"role": "user", "content": "What is a prime number?"}],
+    [
+        {"role": "system", "content": "You are a patient teacher."},
+        {"role": "user", "content": "What is a prime number?"},
+    ],
     "Summarise the plot of a heist movie you invent.",
     "List some uses of a paperclip.",
     "How do plants make food from sunlight?",
@@ -65,7 +68,10 @@ def _time_alternating(backends: dict, prompts, params, repeats: int) -> dict:
             t0 = time.perf_counter()
             outs = llm.generate(prompts, params)
             walls[key].append(time.perf_counter() - t0)
-            res[key] = {"tokens": sum(c.usage.completion_tokens for row in outs for c in row), "outputs": outs}
+            res[key] = {
+                "tokens": sum(c.usage.completion_tokens for row in outs for c in row),
+                "outputs": outs,
+            }
     for key, r in res.items():
         r["wall_s"] = statistics.median(walls[key])
         r["tok_per_s"] = r["tokens"] / r["wall_s"]
@@ -83,12 +89,16 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=8, help=f"prompts per generate call (at most {len(PROMPTS)})")
+    ap.add_argument(
+        "--batch", type=int, default=8, help=f"prompts per generate call (at most {len(PROMPTS)})"
+    )
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--eager", action="store_true", help="vLLM without torch.compile (faster start-up)")
     ap.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="CPU cores each backend computes on (torch threads for transformers, the OpenMP binding of "
         "vLLM's worker); 1 keeps the comparison stable on a shared machine",
     )
@@ -121,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     hf_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     vl = VLLMLLM(
-        model_dir, dtype="float32", max_model_len=2048, kv_cache_memory_bytes=1 << 30, enforce_eager=args.eager
+        model_dir,
+        dtype="float32",
+        max_model_len=2048,
+        kv_cache_memory_bytes=1 << 30,
+        enforce_eager=args.eager,
     )
     vl_load = time.perf_counter() - t0
     try:
@@ -140,24 +154,33 @@ def main(argv: list[str] | None = None) -> int:
         f"(vLLM binding {os.environ['VLLM_CPU_OMP_THREADS_BIND']})"
     )
     print(f"{'backend':<24}{'load s':>9}{'gen s':>9}{'tokens':>9}{'tok/s':>9}")
-    for label, load, res in (("TransformersLLM", hf_load, hf_res), ("VLLMLLM" + (" (eager)" if args.eager else ""), vl_load, vl_res)):
+    for label, load, res in (
+        ("TransformersLLM", hf_load, hf_res),
+        ("VLLMLLM" + (" (eager)" if args.eager else ""), vl_load, vl_res),
+    ):
         print(f"{label:<24}{load:>9.1f}{res['wall_s']:>9.2f}{res['tokens']:>9d}{res['tok_per_s']:>9.1f}")
     speedup = vl_res["tok_per_s"] / hf_res["tok_per_s"]
-    print(f"vLLM / transformers tokens/s: {speedup:.2f}x; identical greedy outputs: {identical}/{len(pairs)} "
-          f"(median common prefix {prefix:.0f} tokens)")
-    print(json.dumps({
-        "benchmark": "vllm_vs_transformers",
-        "batch": args.batch,
-        "max_new_tokens": args.max_new_tokens,
-        "eager": args.eager,
-        "threads": args.threads,
-        "vllm_tok_per_s": round(vl_res["tok_per_s"], 1),
-        "transformers_tok_per_s": round(hf_res["tok_per_s"], 1),
-        "ratio_vllm_vs_transformers": round(speedup, 2),
-        "vllm_load_s": round(vl_load, 1),
-        "transformers_load_s": round(hf_load, 1),
-        "identical_greedy_outputs": f"{identical}/{len(pairs)}",
-    }))
+    print(
+        f"vLLM / transformers tokens/s: {speedup:.2f}x; identical greedy outputs: {identical}/{len(pairs)} "
+        f"(median common prefix {prefix:.0f} tokens)"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "vllm_vs_transformers",
+                "batch": args.batch,
+                "max_new_tokens": args.max_new_tokens,
+                "eager": args.eager,
+                "threads": args.threads,
+                "vllm_tok_per_s": round(vl_res["tok_per_s"], 1),
+                "transformers_tok_per_s": round(hf_res["tok_per_s"], 1),
+                "ratio_vllm_vs_transformers": round(speedup, 2),
+                "vllm_load_s": round(vl_load, 1),
+                "transformers_load_s": round(hf_load, 1),
+                "identical_greedy_outputs": f"{identical}/{len(pairs)}",
+            }
+        )
+    )
     return 0
 
 

@@ -30,7 +30,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code."
+)
 err = Console(stderr=True)
 
 
@@ -52,8 +54,14 @@ def _held_out_progress(as_json: bool):
 
     def update(entry, done: int, total: int) -> None:
         if "progress" not in state:
-            progress = Progress(TextColumn("[bold]held-out"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=err)
+            progress = Progress(
+                TextColumn("[bold]held-out"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[last]}"),
+                TimeElapsedColumn(),
+                console=err,
+            )
             progress.start()
             state["progress"], state["bar"] = progress, progress.add_task("held-out", total=total, last="")
         state["progress"].update(state["bar"], completed=done, last=entry.label)
@@ -77,11 +85,15 @@ def _fail(message: str, code: int, as_json: bool) -> None:
 @app.command()
 def run(
     task: str | None = typer.Argument(None, help="task directory or built-in task name (omit with --resume)"),
-    config: Path | None = typer.Option(None, "--config", help="YAML config (default: the task's config.yaml)"),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML config (default: the task's config.yaml)"
+    ),
     iterations: int | None = typer.Option(None, "--iterations", min=0, help="max_iterations"),
     workers: int | None = typer.Option(None, "--workers", min=1, help="parallel evaluations"),
     executor: str = typer.Option("process", "--executor", help="process or ray"),
-    llm: list[str] | None = typer.Option(None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"),
+    llm: list[str] | None = typer.Option(
+        None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"
+    ),
     seed: int | None = typer.Option(None, "--seed", help="random_seed"),
     resume: Path | None = typer.Option(None, "--resume", help="continue this run directory"),
     out: Path = typer.Option(Path("runs/evolve"), "--out", help="where new run directories are made"),
@@ -105,9 +117,15 @@ def run(
         _fail("give a TASK directory, or --resume RUN_DIR", 2, as_json)
     try:
         if resume is not None:
-            stored = parse_config(__import__("yaml").safe_load((resume / "config.yaml").read_text()), source=str(resume))
+            stored = parse_config(
+                __import__("yaml").safe_load((resume / "config.yaml").read_text()), source=str(resume)
+            )
             if seed is not None and seed != stored.random_seed:
-                _fail(f"--seed {seed} differs from the run's seed {stored.random_seed}; a resumed run keeps its seed", 2, as_json)
+                _fail(
+                    f"--seed {seed} differs from the run's seed {stored.random_seed}; a resumed run keeps its seed",
+                    2,
+                    as_json,
+                )
             cfg = stored
         else:
             the_task = load_task(task)
@@ -130,9 +148,13 @@ def run(
 
     stats = {"best": None, "evaluated": 0, "failed": 0, "started": time.monotonic(), "done": 0}
     progress = Progress(
-        TextColumn("[bold]evolve"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("[bold]evolve"),
+        BarColumn(),
+        MofNCompleteColumn(),
         TextColumn("best {task.fields[best]}  {task.fields[rate]} evals/min  {task.fields[failed]} failed"),
-        TimeElapsedColumn(), console=err, transient=False,
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
     )
     bar = progress.add_task("evolve", total=None, best="-", rate="0.0", failed=0)
 
@@ -140,17 +162,29 @@ def run(
         stats["done"] += 1
         minutes = max((time.monotonic() - stats["started"]) / 60.0, 1e-9)
         best = event["best_score"]
-        progress.update(bar, total=event["total"], completed=event["completed"],
-                        best="-" if best is None else f"{best:.6g}",
-                        rate=f"{stats['done'] / minutes:.1f}", failed=event["failed"])
+        progress.update(
+            bar,
+            total=event["total"],
+            completed=event["completed"],
+            best="-" if best is None else f"{best:.6g}",
+            rate=f"{stats['done'] / minutes:.1f}",
+            failed=event["failed"],
+        )
 
     try:
         if resume is not None:
-            controller = Controller.resume(resume, max_iterations=iterations, llms=ensemble, executor=pool,
-                                           on_progress=on_progress)
+            controller = Controller.resume(
+                resume, max_iterations=iterations, llms=ensemble, executor=pool, on_progress=on_progress
+            )
         else:
-            controller = Controller(the_task, cfg, new_run_dir(out, the_task.name, cfg.random_seed),
-                                    llms=ensemble, executor=pool, on_progress=on_progress)
+            controller = Controller(
+                the_task,
+                cfg,
+                new_run_dir(out, the_task.name, cfg.random_seed),
+                llms=ensemble,
+                executor=pool,
+                on_progress=on_progress,
+            )
     except (ConfigError, TaskError, RunError, ValueError) as exc:
         pool.close()
         _fail(str(exc), 2, as_json)
@@ -168,7 +202,11 @@ def run(
         figures = write_report(result.run_dir, workers=n_workers, on_held_out=update)
     except Exception as exc:  # the run itself is committed; say why the report is missing
         close()
-        _fail(f"the run finished ({result.run_dir}) but its report failed: {type(exc).__name__}: {exc}", 1, as_json)
+        _fail(
+            f"the run finished ({result.run_dir}) but its report failed: {type(exc).__name__}: {exc}",
+            1,
+            as_json,
+        )
     close()
     payload = {
         "best_score": result.best_score,
@@ -182,13 +220,17 @@ def run(
     if as_json:
         print(json.dumps(payload))
     else:
-        print(f"best score {result.best_score} (seed {result.seed_score}); {result.evaluated} evaluated, "
-              f"{result.failed} failed; run directory {result.run_dir}")
+        print(
+            f"best score {result.best_score} (seed {result.seed_score}); {result.evaluated} evaluated, "
+            f"{result.failed} failed; run directory {result.run_dir}"
+        )
 
 
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(..., help="a run directory made by `python -m societas.evolve run` (or its --out directory)"),
+    run_dir: Path = typer.Argument(
+        ..., help="a run directory made by `python -m societas.evolve run` (or its --out directory)"
+    ),
     held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="score on the task's held-out set"),
     workers: int | None = typer.Option(None, "--workers", min=1, help="parallel held-out evaluations"),
     as_json: bool = typer.Option(False, "--json"),

@@ -59,36 +59,97 @@ DEFAULT_SYSTEM_MESSAGE = (
 
 # OpenEvolve keys accepted and ignored (no counterpart here), by section ("" = top level).
 IGNORED_OPENEVOLVE_KEYS: dict[str, frozenset[str]] = {
-    "": frozenset({
-        "checkpoint_interval", "log_level", "log_dir", "allow_full_rewrites", "language",
-        "file_suffix", "early_stopping_patience", "convergence_threshold", "early_stopping_metric",
-        "max_tasks_per_child", "evolution_trace",
-    }),
-    "llm": frozenset({
-        "evaluator_models", "api_key", "timeout", "retries", "retry_delay", "system_message",
-        "primary_model", "primary_model_weight", "secondary_model", "secondary_model_weight",
-        "reasoning_effort", "manual_mode",
-    }),
-    "llm.models": frozenset({"api_key", "timeout", "retries", "retry_delay", "temperature", "top_p",
-                             "max_tokens", "reasoning_effort"}),
-    "prompt": frozenset({
-        "template_dir", "evaluator_system_message", "use_template_stochasticity", "template_variations",
-        "use_meta_prompting", "meta_prompt_weight", "include_changes_under_chars",
-        "suggest_simplification_after_chars",
-        "concise_implementation_max_lines", "comprehensive_implementation_min_lines",
-        "code_length_threshold", "programs_as_changes_description", "system_message_changes_description",
-        "initial_changes_description", "diff_summary_max_line_len", "diff_summary_max_lines",
-        "artifact_security_filter", "max_artifact_bytes",
-    }),
-    "database": frozenset({
-        "db_path", "in_memory", "log_prompts", "elite_selection_ratio", "random_seed",
-        "cleanup_old_artifacts", "artifact_size_threshold", "artifact_retention_days",
-        "artifacts_base_path", "novelty_llm", "embedding_model", "similarity_threshold",
-    }),
-    "evaluator": frozenset({
-        "max_retries", "use_llm_feedback", "llm_feedback_weight", "distributed",
-        "enable_artifacts", "max_artifact_storage",
-    }),
+    "": frozenset(
+        {
+            "checkpoint_interval",
+            "log_level",
+            "log_dir",
+            "allow_full_rewrites",
+            "language",
+            "file_suffix",
+            "early_stopping_patience",
+            "convergence_threshold",
+            "early_stopping_metric",
+            "max_tasks_per_child",
+            "evolution_trace",
+        }
+    ),
+    "llm": frozenset(
+        {
+            "evaluator_models",
+            "api_key",
+            "timeout",
+            "retries",
+            "retry_delay",
+            "system_message",
+            "primary_model",
+            "primary_model_weight",
+            "secondary_model",
+            "secondary_model_weight",
+            "reasoning_effort",
+            "manual_mode",
+        }
+    ),
+    "llm.models": frozenset(
+        {
+            "api_key",
+            "timeout",
+            "retries",
+            "retry_delay",
+            "temperature",
+            "top_p",
+            "max_tokens",
+            "reasoning_effort",
+        }
+    ),
+    "prompt": frozenset(
+        {
+            "template_dir",
+            "evaluator_system_message",
+            "use_template_stochasticity",
+            "template_variations",
+            "use_meta_prompting",
+            "meta_prompt_weight",
+            "include_changes_under_chars",
+            "suggest_simplification_after_chars",
+            "concise_implementation_max_lines",
+            "comprehensive_implementation_min_lines",
+            "code_length_threshold",
+            "programs_as_changes_description",
+            "system_message_changes_description",
+            "initial_changes_description",
+            "diff_summary_max_line_len",
+            "diff_summary_max_lines",
+            "artifact_security_filter",
+            "max_artifact_bytes",
+        }
+    ),
+    "database": frozenset(
+        {
+            "db_path",
+            "in_memory",
+            "log_prompts",
+            "elite_selection_ratio",
+            "random_seed",
+            "cleanup_old_artifacts",
+            "artifact_size_threshold",
+            "artifact_retention_days",
+            "artifacts_base_path",
+            "novelty_llm",
+            "embedding_model",
+            "similarity_threshold",
+        }
+    ),
+    "evaluator": frozenset(
+        {
+            "max_retries",
+            "use_llm_feedback",
+            "llm_feedback_weight",
+            "distributed",
+            "enable_artifacts",
+            "max_artifact_storage",
+        }
+    ),
 }
 
 
@@ -109,7 +170,13 @@ class LLMModelConfig(_Section):
 
     def uri(self, default_api_base: str | None) -> str:
         """The ``load_llm`` URI: the name itself when it is one, else ``openai:API_BASE#NAME``."""
-        if self.name == "embedded" or self.name.split(":", 1)[0] in ("hf", "gguf", "vllm", "openai", "function"):
+        if self.name == "embedded" or self.name.split(":", 1)[0] in (
+            "hf",
+            "gguf",
+            "vllm",
+            "openai",
+            "function",
+        ):
             return self.name
         base = self.api_base or default_api_base or "https://api.openai.com/v1"
         return f"openai:{base}#{self.name}"
@@ -147,7 +214,9 @@ class DatabaseConfig(_Section):
     migration_rate: float = Field(0.1, ge=0, le=1, description="fraction of an island's elites that migrate")
     exploration_ratio: float = Field(0.2, ge=0, le=1)
     exploitation_ratio: float = Field(0.7, ge=0, le=1)
-    diversity_reference_size: int = Field(8, ge=1, description="elites a program's diversity is measured against")
+    diversity_reference_size: int = Field(
+        8, ge=1, description="elites a program's diversity is measured against"
+    )
 
     @field_validator("feature_bins")
     @classmethod
@@ -211,7 +280,13 @@ class MutationConfig(_Section):
     """How children are made: relative weights of LLM diffs and each AST operator."""
 
     weights: dict[str, float] = Field(
-        default_factory=lambda: {"llm": 0.6, "constant": 0.2, "operator": 0.1, "function": 0.05, "crossover": 0.05}
+        default_factory=lambda: {
+            "llm": 0.6,
+            "constant": 0.2,
+            "operator": 0.1,
+            "function": 0.05,
+            "crossover": 0.05,
+        }
     )
     constant_sigma: float = Field(0.3, gt=0, description="std of the log-normal multiplicative noise")
     additive_probability: float = Field(0.25, ge=0, le=1, description="chance a constant gets additive noise")
@@ -258,7 +333,9 @@ class EvolveConfig(_Section):
     max_iterations: int = Field(100, ge=0)
     random_seed: int = 42
     batch_size: int | None = Field(
-        None, ge=1, description="candidates made from one database snapshot; default evaluator.parallel_evaluations"
+        None,
+        ge=1,
+        description="candidates made from one database snapshot; default evaluator.parallel_evaluations",
     )
     diff_based_evolution: bool = True
     max_code_length: int = Field(10_000, ge=1)

@@ -122,7 +122,9 @@ class Controller:
                 yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
             )
             (self.run_dir / "run.json").write_text(
-                json.dumps({"task": str(self.task.directory), "seed": self.seed, "created": time.time()}, indent=2),
+                json.dumps(
+                    {"task": str(self.task.directory), "seed": self.seed, "created": time.time()}, indent=2
+                ),
                 encoding="utf-8",
             )
             return
@@ -144,7 +146,9 @@ class Controller:
             info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
             data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise RunError(f"{run_dir} is not a run directory (run.json / config.yaml unreadable: {exc})") from None
+            raise RunError(
+                f"{run_dir} is not a run directory (run.json / config.yaml unreadable: {exc})"
+            ) from None
         config = parse_config(data, source=str(run_dir / "config.yaml"))
         if max_iterations is not None:
             config.max_iterations = max_iterations
@@ -177,7 +181,13 @@ class Controller:
         seed_program = stored[0]
         if not seed_program.ok:
             raise RunError(f"the seed program failed its evaluation: {seed_program.failure}")
-        logger.info("run %s: seed fitness %s, starting at iteration %d of %d", self.run_dir, seed_program.fitness, start, max_iter)
+        logger.info(
+            "run %s: seed fitness %s, starting at iteration %d of %d",
+            self.run_dir,
+            seed_program.fitness,
+            start,
+            max_iter,
+        )
         while start <= max_iter:
             iterations = list(range(start, min(start + batch, max_iter + 1)))
             done = {i: stored[i] for i in iterations if i in stored}
@@ -239,8 +249,10 @@ class Controller:
                     island=request.island,
                     mutation=info,
                     status="mutation_failed",
-                    artifacts={"failure": result.failure or "mutation failed",
-                               **({"llm_response": result.llm_response} if result.llm_response else {})},
+                    artifacts={
+                        "failure": result.failure or "mutation failed",
+                        **({"llm_response": result.llm_response} if result.llm_response else {}),
+                    },
                 )
                 self.store.add(program)
                 self._count(program)
@@ -251,10 +263,17 @@ class Controller:
         for index, outcome in self.executor.map_unordered(run_evaluation, jobs):
             request, result, info = pending[index]
             if isinstance(outcome, BaseException):
-                outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {type(outcome).__name__}: {outcome}"})
+                outcome = EvalOutcome(
+                    "failed", artifacts={"failure": f"executor error: {type(outcome).__name__}: {outcome}"}
+                )
             program = self._program_from(
-                result.code, request.iteration, request.parent, request.island,
-                request.parent.generation + 1, info, outcome,
+                result.code,
+                request.iteration,
+                request.parent,
+                request.island,
+                request.parent.generation + 1,
+                info,
+                outcome,
             )
             if result.llm_response:
                 program.artifacts["llm_response"] = result.llm_response
@@ -267,9 +286,13 @@ class Controller:
         try:
             return run_evaluation(self.evaluator.job(code))
         except Exception as exc:
-            return EvalOutcome("failed", artifacts={"failure": f"evaluation error: {type(exc).__name__}: {exc}"})
+            return EvalOutcome(
+                "failed", artifacts={"failure": f"evaluation error: {type(exc).__name__}: {exc}"}
+            )
 
-    def _program_from(self, code, iteration, parent, island, generation, mutation, outcome: EvalOutcome) -> Program:
+    def _program_from(
+        self, code, iteration, parent, island, generation, mutation, outcome: EvalOutcome
+    ) -> Program:
         from .program import fitness_of
 
         ok = outcome.status == "ok"
@@ -295,15 +318,17 @@ class Controller:
         if program.ok and (self.best_so_far is None or program.fitness > self.best_so_far):
             self.best_so_far = program.fitness
         if self.on_progress is not None:
-            self.on_progress({
-                "iteration": program.iteration,
-                "completed": self.committed,
-                "status": program.status,
-                "best_score": self.best_so_far,
-                "evaluated": self.counts["ok"] + self.counts["failed"],
-                "failed": self.counts["failed"] + self.counts["mutation_failed"],
-                "total": self.config.max_iterations,
-            })
+            self.on_progress(
+                {
+                    "iteration": program.iteration,
+                    "completed": self.committed,
+                    "status": program.status,
+                    "best_score": self.best_so_far,
+                    "evaluated": self.counts["ok"] + self.counts["failed"],
+                    "failed": self.counts["failed"] + self.counts["mutation_failed"],
+                    "total": self.config.max_iterations,
+                }
+            )
 
     def _apply(self, programs: list[Program]) -> None:
         """Enter programs into the islands in iteration order and log them to metrics.jsonl."""
@@ -311,18 +336,23 @@ class Controller:
             for program in programs:
                 self.population.add(program)
                 best = self.population.best()
-                log.write(json.dumps({
-                    "iteration": program.iteration,
-                    "id": program.id,
-                    "parent_id": program.parent_id,
-                    "island": program.island,
-                    "mutation": program.mutation.get("kind"),
-                    "status": program.status,
-                    "fitness": program.fitness,
-                    "best_fitness": best.fitness if best else None,
-                    "failure": program.failure,
-                    "eval_seconds": round(program.eval_seconds, 4),
-                }) + "\n")
+                log.write(
+                    json.dumps(
+                        {
+                            "iteration": program.iteration,
+                            "id": program.id,
+                            "parent_id": program.parent_id,
+                            "island": program.island,
+                            "mutation": program.mutation.get("kind"),
+                            "status": program.status,
+                            "fitness": program.fitness,
+                            "best_fitness": best.fitness if best else None,
+                            "failure": program.failure,
+                            "eval_seconds": round(program.eval_seconds, 4),
+                        }
+                    )
+                    + "\n"
+                )
         best = self.population.best()
         if best is not None:
             (self.run_dir / "best_program.py").write_text(best.code, encoding="utf-8")

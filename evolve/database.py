@@ -117,7 +117,9 @@ class ProgramStore:
                 self._conn.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
                 self._conn.execute("ROLLBACK")
-                raise ValueError(f"iteration {program.iteration} (program {program.id}) is already stored: {exc}") from None
+                raise ValueError(
+                    f"iteration {program.iteration} (program {program.id}) is already stored: {exc}"
+                ) from None
 
     def programs(self) -> list[Program]:
         """All stored programs in iteration order."""
@@ -138,7 +140,9 @@ class ProgramStore:
         with self._lock:
             if status is None:
                 return self._conn.execute("SELECT COUNT(*) FROM programs").fetchone()[0]
-            return self._conn.execute("SELECT COUNT(*) FROM programs WHERE status = ?", (status,)).fetchone()[0]
+            return self._conn.execute("SELECT COUNT(*) FROM programs WHERE status = ?", (status,)).fetchone()[
+                0
+            ]
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._lock:
@@ -253,8 +257,14 @@ class Population:
             if dim == "complexity":
                 values[dim] = float(len(program.code))
             elif dim == "diversity":
-                refs = [p for p in self.ranked(island)[: self.config.diversity_reference_size] if p.id != program.id]
-                values[dim] = sum(code_difference(program.code, r.code) for r in refs) / len(refs) if refs else 0.0
+                refs = [
+                    p
+                    for p in self.ranked(island)[: self.config.diversity_reference_size]
+                    if p.id != program.id
+                ]
+                values[dim] = (
+                    sum(code_difference(program.code, r.code) for r in refs) / len(refs) if refs else 0.0
+                )
             elif dim in program.metrics:
                 values[dim] = float(program.metrics[dim])
             else:
@@ -294,7 +304,9 @@ class Population:
         best = self.best_id()
         return self.programs[best] if best else None
 
-    def sample(self, island_index: int, rng: random.Random, num_top: int = 3, num_diverse: int = 2) -> Selection:
+    def sample(
+        self, island_index: int, rng: random.Random, num_top: int = 3, num_diverse: int = 2
+    ) -> Selection:
         """Choose a parent for island ``island_index`` and the inspirations to show with it."""
         if not self.programs:
             raise RuntimeError("the population is empty: evaluate the seed program first")
@@ -318,7 +330,9 @@ class Population:
                 inspirations.append(program)
                 chosen.add(program.id)
         parent_cell = island.cells.get(parent.id)
-        others = [pid for cell, pid in sorted(island.grid.items()) if cell != parent_cell and pid not in chosen]
+        others = [
+            pid for cell, pid in sorted(island.grid.items()) if cell != parent_cell and pid not in chosen
+        ]
         for pid in rng.sample(others, min(num_diverse, len(others))):
             inspirations.append(self.programs[pid])
         return Selection(parent, inspirations, island.index, strategy)
@@ -330,12 +344,14 @@ class Population:
         for island in self.islands:
             fits = [self.programs[pid].fitness for pid in island.members]
             best = self.best_id(island)
-            stats.append({
-                "island": island.index,
-                "members": len(island.members),
-                "cells": len(island.grid),
-                "best_fitness": self.programs[best].fitness if best else None,
-                "best_id": best,
-                "mean_fitness": sum(fits) / len(fits) if fits else None,
-            })
+            stats.append(
+                {
+                    "island": island.index,
+                    "members": len(island.members),
+                    "cells": len(island.grid),
+                    "best_fitness": self.programs[best].fitness if best else None,
+                    "best_id": best,
+                    "mean_fitness": sum(fits) / len(fits) if fits else None,
+                }
+            )
         return stats

@@ -68,7 +68,7 @@ _MARK = "__EVOLVE_RESULT__"
 _MAX_ARTIFACT = 8000
 TASK_SETTINGS_FILE = "task_settings.json"
 
-_HARNESS = r'''
+_HARNESS = r"""
 import importlib.util, json, math, os, sys, traceback
 _nonce = sys.stdin.readline().strip()
 def _emit(payload, _nonce=_nonce):
@@ -102,7 +102,7 @@ if not isinstance(payload["metrics"], dict):
 else:
     payload["artifacts"] = {str(k): str(v) for k, v in dict(payload["artifacts"]).items()}
 _emit(payload)
-'''
+"""
 
 # Tasks written for newer OpenEvolve return ``openevolve.evaluation_result.EvaluationResult``.
 _OPENEVOLVE_SHIM = {
@@ -150,7 +150,7 @@ class EvalJob:
     memory_mb: int | None
     max_processes: int
     pythonpath: tuple[str, ...]
-    task_settings: str = ""     # JSON text, written as task_settings.json beside program.py when set
+    task_settings: str = ""  # JSON text, written as task_settings.json beside program.py when set
 
 
 @dataclass
@@ -242,7 +242,9 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
 class TaskEvaluator:
     """An OpenEvolve-style ``evaluator.py`` bound to the evaluator settings; makes :class:`EvalJob` s."""
 
-    def __init__(self, evaluator_path: str | Path, config: EvaluatorConfig, extra_pythonpath: tuple[str, ...] = ()):
+    def __init__(
+        self, evaluator_path: str | Path, config: EvaluatorConfig, extra_pythonpath: tuple[str, ...] = ()
+    ):
         path = Path(evaluator_path).resolve()
         if not path.is_file():
             raise TaskError(f"evaluator file {path} does not exist")
@@ -280,7 +282,9 @@ class TaskEvaluator:
             memory_mb=self.config.memory_mb,
             max_processes=self.config.max_processes,
             pythonpath=self.pythonpath,
-            task_settings=json.dumps(self.config.task_settings, sort_keys=True) if self.config.task_settings else "",
+            task_settings=json.dumps(self.config.task_settings, sort_keys=True)
+            if self.config.task_settings
+            else "",
         )
 
     def evaluate(self, code: str) -> EvalOutcome:

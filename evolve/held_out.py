@@ -93,27 +93,33 @@ def held_out_baselines(evaluator_path: str | Path) -> dict[str, str]:
         baselines = module.held_out_baselines()
     finally:
         sys.path.remove(str(path.parent))
-    if not isinstance(baselines, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in baselines.items()):
+    if not isinstance(baselines, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in baselines.items()
+    ):
         raise TaskError(f"{path}: held_out_baselines() must return a dict of name -> program source")
     return baselines
 
 
-def _candidates(programs: list[Program], population: Population, config: EvolveConfig,
-                baselines: dict[str, str]) -> list[tuple[str, str, str, Program | None]]:
+def _candidates(
+    programs: list[Program], population: Population, config: EvolveConfig, baselines: dict[str, str]
+) -> list[tuple[str, str, str, Program | None]]:
     """``(label, kind, code, program)`` to score, seed first, then evolved programs, then baselines."""
     seed = next((p for p in programs if p.iteration == 0 and p.ok), None)
     out: list[tuple[str, str, str, Program | None]] = []
     if seed is not None:
         out.append(("seed", "seed", seed.code, seed))
-    ranked = sorted((p for p in population.programs.values() if p.ok and p.iteration > 0),
-                    key=population._key, reverse=True)
+    ranked = sorted(
+        (p for p in population.programs.values() if p.ok and p.iteration > 0),
+        key=population._key,
+        reverse=True,
+    )
     seen = {seed.code} if seed is not None else set()
     chosen: list[Program] = []
     for program in ranked:
         if len(chosen) >= config.held_out.top_programs:
             break
         if program.code in seen or (seed is not None and program.fitness <= seed.fitness):
-            continue        # only evolved programs that beat the seed on the training set
+            continue  # only evolved programs that beat the seed on the training set
         seen.add(program.code)
         chosen.append(program)
     for rank, program in enumerate(chosen, start=1):
@@ -123,8 +129,10 @@ def _candidates(programs: list[Program], population: Population, config: EvolveC
     if wanted is not None:
         unknown = sorted(set(wanted) - set(baselines))
         if unknown:
-            raise TaskError(f"held_out.baselines names {unknown}, which the task does not offer; "
-                            f"it offers: {sorted(baselines) or 'none'}")
+            raise TaskError(
+                f"held_out.baselines names {unknown}, which the task does not offer; "
+                f"it offers: {sorted(baselines) or 'none'}"
+            )
     for name, code in baselines.items():
         if wanted is None or name in wanted:
             out.append((name, "baseline", code, None))
@@ -149,8 +157,12 @@ def evaluate_held_out(
     run_dir = Path(run_dir)
     evaluator = TaskEvaluator(evaluator_path, config.evaluator)
     template = evaluator.job("")
-    template = replace(template, stages=(STAGE,), thresholds=(),
-                       timeout_s=config.held_out.timeout or config.evaluator.timeout)
+    template = replace(
+        template,
+        stages=(STAGE,),
+        thresholds=(),
+        timeout_s=config.held_out.timeout or config.evaluator.timeout,
+    )
     settings = template.task_settings
     candidates = _candidates(programs, population, config, held_out_baselines(evaluator_path))
     cache_path = run_dir / HELD_OUT_FILE
@@ -165,10 +177,17 @@ def evaluate_held_out(
     todo: list[tuple[int, str]] = []
     for index, (label, kind, code, program) in enumerate(candidates):
         hit = cached.get(_key(code, settings))
-        if hit is not None and hit.get("status") == "ok":     # failures are retried
-            entries[index] = HeldOutEntry(label, kind, hit["status"], hit.get("metrics", {}), hit.get("failure"),
-                                          program.id if program else None,
-                                          program.fitness if program else None, hit.get("seconds", 0.0))
+        if hit is not None and hit.get("status") == "ok":  # failures are retried
+            entries[index] = HeldOutEntry(
+                label,
+                kind,
+                hit["status"],
+                hit.get("metrics", {}),
+                hit.get("failure"),
+                program.id if program else None,
+                program.fitness if program else None,
+                hit.get("seconds", 0.0),
+            )
         else:
             todo.append((index, code))
     total = len(candidates)
@@ -182,18 +201,32 @@ def evaluate_held_out(
                 if isinstance(outcome, BaseException):
                     outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {outcome}"})
                 label, kind, _, program = candidates[index]
-                entry = HeldOutEntry(label, kind, outcome.status, outcome.metrics, outcome.failure,
-                                     program.id if program else None,
-                                     program.fitness if program else None, round(outcome.seconds, 3))
+                entry = HeldOutEntry(
+                    label,
+                    kind,
+                    outcome.status,
+                    outcome.metrics,
+                    outcome.failure,
+                    program.id if program else None,
+                    program.fitness if program else None,
+                    round(outcome.seconds, 3),
+                )
                 entries[index] = entry
-                record = {"label": label, "status": entry.status, "metrics": entry.metrics,
-                          "failure": entry.failure, "seconds": entry.seconds, "evaluated_at": time.time()}
+                record = {
+                    "label": label,
+                    "status": entry.status,
+                    "metrics": entry.metrics,
+                    "failure": entry.failure,
+                    "seconds": entry.seconds,
+                    "evaluated_at": time.time(),
+                }
                 if entry.status != "ok":
                     record["stderr"] = outcome.artifacts.get(f"{STAGE}_stderr", "")[-3000:]
                 cached[_key(code, settings)] = record
                 # Written after every result so an interrupted report keeps what it has.
-                cache_path.write_text(json.dumps({"task_settings": settings, "results": cached}, indent=1),
-                                      encoding="utf-8")
+                cache_path.write_text(
+                    json.dumps({"task_settings": settings, "results": cached}, indent=1), encoding="utf-8"
+                )
                 if on_result is not None:
                     on_result(entry, len(entries), total)
         finally:

@@ -111,11 +111,15 @@ def parse_diff(text: str) -> list[DiffBlock]:
         i += 1
         while i < len(lines) and lines[i].strip() != DIVIDER:
             if lines[i].strip() in (SEARCH, REPLACE):
-                raise MutationError(f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has no '{DIVIDER}' line")
+                raise MutationError(
+                    f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has no '{DIVIDER}' line"
+                )
             search.append(lines[i])
             i += 1
         if i == len(lines):
-            raise MutationError(f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has no '{DIVIDER}' line")
+            raise MutationError(
+                f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has no '{DIVIDER}' line"
+            )
         replace: list[str] = []
         i += 1
         while i < len(lines) and lines[i].strip() != REPLACE:
@@ -124,11 +128,15 @@ def parse_diff(text: str) -> list[DiffBlock]:
             replace.append(lines[i])
             i += 1
         if i == len(lines) or lines[i].strip() != REPLACE:
-            raise MutationError(f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) is not closed by '{REPLACE}'")
+            raise MutationError(
+                f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) is not closed by '{REPLACE}'"
+            )
         i += 1
         search_text, replace_text = "".join(search), "".join(replace)
         if not search_text.strip():
-            raise MutationError(f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has an empty SEARCH part")
+            raise MutationError(
+                f"SEARCH block {len(blocks) + 1} (answer line {start + 1}) has an empty SEARCH part"
+            )
         blocks.append(DiffBlock(search_text, replace_text))
     return blocks
 
@@ -155,7 +163,9 @@ def apply_diff(code: str, diffs: Sequence[DiffBlock]) -> str:
             where = "outside the evolve blocks" if search in code else "anywhere in the program"
             first = search.strip().splitlines()[0][:80]
             if where.startswith("outside"):
-                raise MutationError(f"SEARCH block {number} ({first!r}) matches only code outside the evolve blocks")
+                raise MutationError(
+                    f"SEARCH block {number} ({first!r}) matches only code outside the evolve blocks"
+                )
             raise MutationError(f"SEARCH block {number} ({first!r}) was not found anywhere in the program")
     return code
 
@@ -194,7 +204,9 @@ def validate_child(parent: str, child: str, max_code_length: int) -> None:
     if child == parent:
         raise MutationError("the mutation left the program unchanged")
     if len(child) > max_code_length:
-        raise MutationError(f"the child has {len(child)} characters, more than max_code_length={max_code_length}")
+        raise MutationError(
+            f"the child has {len(child)} characters, more than max_code_length={max_code_length}"
+        )
     try:
         ast.parse(child)
     except SyntaxError as exc:
@@ -209,10 +221,14 @@ def validate_child(parent: str, child: str, max_code_length: int) -> None:
 def _format_metrics(metrics: dict[str, Any]) -> str:
     if not metrics:
         return "(none)"
-    return "\n".join(f"- {k}: {v:.6g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in sorted(metrics.items()))
+    return "\n".join(
+        f"- {k}: {v:.6g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in sorted(metrics.items())
+    )
 
 
-def build_prompt(parent: Program, inspirations: Sequence[Program], config: EvolveConfig) -> list[dict[str, str]]:
+def build_prompt(
+    parent: Program, inspirations: Sequence[Program], config: EvolveConfig
+) -> list[dict[str, str]]:
     """The chat prompt asking for a child of ``parent``."""
     pc = config.prompt
     parts = [
@@ -269,7 +285,9 @@ class LLMEnsemble:
             raise ValueError("an LLM ensemble needs at least one backend")
         for llm, weight in members:
             if not weight > 0:
-                raise ValueError(f"LLM {getattr(llm, 'name', llm)!r} has weight {weight}; weights must be > 0")
+                raise ValueError(
+                    f"LLM {getattr(llm, 'name', llm)!r} has weight {weight}; weights must be > 0"
+                )
         self.members = list(members)
 
     @classmethod
@@ -312,7 +330,9 @@ class _Source:
         return any(first <= node.lineno and node.end_lineno <= last for first, last in self.blocks)
 
     def nodes(self, kind: type | tuple[type, ...]) -> list[Any]:
-        found = [n for n in ast.walk(self.tree) if isinstance(n, kind) and hasattr(n, "lineno") and self.inside(n)]
+        found = [
+            n for n in ast.walk(self.tree) if isinstance(n, kind) and hasattr(n, "lineno") and self.inside(n)
+        ]
         return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
@@ -332,13 +352,18 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
     mc = config.mutation
     src = _Source(code)
     sites = [
-        n for n in src.nodes(ast.Constant)
-        if isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
-        and math.isfinite(n.value) and (mc.perturb_ints or isinstance(n.value, float))
+        n
+        for n in src.nodes(ast.Constant)
+        if isinstance(n.value, (int, float))
+        and not isinstance(n.value, bool)
+        and math.isfinite(n.value)
+        and (mc.perturb_ints or isinstance(n.value, float))
     ]
     if not sites:
         raise MutationError("no numeric constant inside the evolve blocks to perturb")
-    chosen = sorted(rng.sample(sites, rng.randint(1, min(mc.max_constants, len(sites)))), key=lambda n: src.span(n))
+    chosen = sorted(
+        rng.sample(sites, rng.randint(1, min(mc.max_constants, len(sites)))), key=lambda n: src.span(n)
+    )
     edits, notes = [], []
     for node in chosen:
         old = node.value
@@ -394,7 +419,9 @@ def swap_operator(code: str, rng: random.Random, config: EvolveConfig | None = N
             sites.append(("arith", node))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
             sites.append(("compare", node))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+        elif (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max")
+        ):
             sites.append(("minmax", node))
     if not sites:
         raise MutationError("no swappable operator (+ - * /, < <= > >=, min/max) inside the evolve blocks")
@@ -464,12 +491,16 @@ def _functions(src: _Source) -> dict[str, tuple[int, int, str]]:
     return found
 
 
-def crossover(code: str, donor: str, rng: random.Random, config: EvolveConfig | None = None) -> tuple[str, str]:
+def crossover(
+    code: str, donor: str, rng: random.Random, config: EvolveConfig | None = None
+) -> tuple[str, str]:
     """Replace one function of ``code`` by the function of the same qualified name from ``donor``."""
     mine, theirs = _functions(_Source(code)), _functions(_Source(donor))
     shared = sorted(
-        name for name in set(mine) & set(theirs)
-        if textwrap.dedent(code[mine[name][0] : mine[name][1]]) != textwrap.dedent(donor[theirs[name][0] : theirs[name][1]])
+        name
+        for name in set(mine) & set(theirs)
+        if textwrap.dedent(code[mine[name][0] : mine[name][1]])
+        != textwrap.dedent(donor[theirs[name][0] : theirs[name][1]])
     )
     if not shared:
         raise MutationError("the two parents share no differing function inside their evolve blocks")
@@ -516,7 +547,10 @@ class Mutator:
         weights = dict(config.mutation.weights)
         if llms is None and weights.get("llm", 0) > 0:
             weights.pop("llm")
-            logger.info("no LLM configured: using only the AST operators %s", sorted(k for k, w in weights.items() if w > 0))
+            logger.info(
+                "no LLM configured: using only the AST operators %s",
+                sorted(k for k, w in weights.items() if w > 0),
+            )
         self.weights = {k: w for k, w in weights.items() if w > 0}
         if not self.weights:
             raise ValueError(
@@ -574,15 +608,22 @@ class Mutator:
         lc = self.config.llm
         prompts = [build_prompt(r.parent, r.inspirations, self.config) for r in requests]
         params = [
-            SamplingParams(temperature=lc.temperature, top_p=lc.top_p, max_new_tokens=lc.max_tokens, seed=r.seed)
+            SamplingParams(
+                temperature=lc.temperature, top_p=lc.top_p, max_new_tokens=lc.max_tokens, seed=r.seed
+            )
             for r in requests
         ]
         info_base = {"kind": "llm", "model": self.llms.name(model)}
         try:
             outputs = llm.generate(prompts, params)
         except Exception as exc:  # a backend error fails these mutations, not the run
-            logger.warning("LLM %s failed on a batch of %d prompts: %s", info_base["model"], len(prompts), exc)
-            return [MutationResult(None, dict(info_base), f"LLM error: {type(exc).__name__}: {exc}") for _ in requests]
+            logger.warning(
+                "LLM %s failed on a batch of %d prompts: %s", info_base["model"], len(prompts), exc
+            )
+            return [
+                MutationResult(None, dict(info_base), f"LLM error: {type(exc).__name__}: {exc}")
+                for _ in requests
+            ]
         results = []
         for request, completions in zip(requests, outputs):
             answer = completions[0].text if completions else ""
@@ -592,7 +633,11 @@ class Mutator:
                 info["detail"] = how
                 validate_child(request.parent.code, child, self.config.max_code_length)
             except (MutationError, EvolveBlockError) as exc:
-                results.append(MutationResult(None, info, f"malformed LLM answer: {exc}", answer[:_MAX_RESPONSE_ARTIFACT]))
+                results.append(
+                    MutationResult(
+                        None, info, f"malformed LLM answer: {exc}", answer[:_MAX_RESPONSE_ARTIFACT]
+                    )
+                )
                 continue
             results.append(MutationResult(child, info, None, answer[:_MAX_RESPONSE_ARTIFACT]))
         return results

@@ -81,7 +81,9 @@ def find_evolve_blocks(code: str) -> list[EvolveBlock]:
         line = code.count("\n", 0, match.start()) + 1
         if match.group(1) == BLOCK_START:
             if open_at is not None:
-                raise EvolveBlockError(f"line {line}: {BLOCK_START} inside the block opened on line {open_line}")
+                raise EvolveBlockError(
+                    f"line {line}: {BLOCK_START} inside the block opened on line {open_line}"
+                )
             newline = code.find("\n", match.end())
             open_at = len(code) if newline < 0 else newline + 1
             open_line = line
@@ -110,7 +112,9 @@ def replace_evolve_blocks(code: str, contents: list[str] | dict[int, str]) -> st
     blocks = find_evolve_blocks(code)
     if isinstance(contents, list):
         if len(contents) != len(blocks):
-            raise EvolveBlockError(f"got {len(contents)} block contents for a program with {len(blocks)} evolve blocks")
+            raise EvolveBlockError(
+                f"got {len(contents)} block contents for a program with {len(blocks)} evolve blocks"
+            )
         mapping = dict(enumerate(contents))
     else:
         mapping = dict(contents)

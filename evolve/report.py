@@ -56,7 +56,9 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     ax.step(best_x, best_y, where="post", color="C3", label="best so far")
     if bad and ok:
         floor = min(p.fitness for p in ok)
-        ax.scatter([p.iteration for p in bad], [floor] * len(bad), marker="x", color="grey", s=14, label="failed")
+        ax.scatter(
+            [p.iteration for p in bad], [floor] * len(bad), marker="x", color="grey", s=14, label="failed"
+        )
     ax.set_xlabel("iteration")
     ax.set_ylabel("fitness")
     ax.set_title("fitness over time")
@@ -103,8 +105,12 @@ def _metric_table(rows: list[tuple[str, dict[str, float] | None, str | None]]) -
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * len(columns)]
     for label, metrics, failure in rows:
         if not metrics:
-            lines.append(f"| {label} | " + " | ".join(["failed"] * len(columns)) + " |"
-                         + (f" <!-- {failure} -->" if failure else ""))
+            lines.append(
+                f"| {label} | "
+                + " | ".join(["failed"] * len(columns))
+                + " |"
+                + (f" <!-- {failure} -->" if failure else "")
+            )
             continue
         cells = []
         for c in columns:
@@ -131,8 +137,10 @@ def write_report(
     """
     run_dir = resolve_run_dir(run_dir)
     db = run_dir / "programs.db"
-    config = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
-                          source=str(run_dir / "config.yaml"))
+    config = parse_config(
+        yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
+        source=str(run_dir / "config.yaml"),
+    )
     info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     store = ProgramStore(db)
     try:
@@ -157,7 +165,11 @@ def write_report(
         f"{status['mutation_failed']} failed mutations)",
         f"- seed fitness: {_fmt(seed.fitness if seed else None)}",
         f"- best fitness: {_fmt(best.fitness if best else None)}"
-        + (f" (program `{best.id}`, iteration {best.iteration}, generation {best.generation})" if best else ""),
+        + (
+            f" (program `{best.id}`, iteration {best.iteration}, generation {best.generation})"
+            if best
+            else ""
+        ),
         f"- migrations: {population.migrations}",
         "",
         "![fitness over time](plots/fitness.png)",
@@ -166,31 +178,54 @@ def write_report(
         "",
     ]
     if best and seed:
-        diff = "".join(difflib.unified_diff(
-            seed.code.splitlines(keepends=True), best.code.splitlines(keepends=True),
-            fromfile="seed/initial_program.py", tofile=f"best/{best.id}.py"))
+        diff = "".join(
+            difflib.unified_diff(
+                seed.code.splitlines(keepends=True),
+                best.code.splitlines(keepends=True),
+                fromfile="seed/initial_program.py",
+                tofile=f"best/{best.id}.py",
+            )
+        )
         lines += ["```diff", diff.rstrip() or "(identical to the seed)", "```", ""]
     if best and seed and best.metrics:
-        verdict = ("beats" if best.fitness > seed.fitness else "does not beat")
-        lines += ["## Training set", "",
-                  (f"The best program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
-                   f"{_fmt(seed.fitness)}; higher is better)."), ""]
+        verdict = "beats" if best.fitness > seed.fitness else "does not beat"
+        lines += [
+            "## Training set",
+            "",
+            (
+                f"The best program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
+                f"{_fmt(seed.fitness)}; higher is better)."
+            ),
+            "",
+        ]
         rows = [("seed", seed.metrics, None)]
         if best.id != seed.id:
             rows.insert(0, (f"best ({best.id})", best.metrics, None))
         lines += _metric_table(rows) + [""]
     held_out_figures: dict[str, float | None] | None = None
     evaluator_path = Path(str(info.get("task", ""))) / "evaluator.py"
-    if held_out and config.held_out.enabled and evaluator_path.is_file() and supports_held_out(evaluator_path):
-        entries = evaluate_held_out(run_dir, evaluator_path, config, programs, population,
-                                    workers=workers, on_result=on_held_out)
+    if (
+        held_out
+        and config.held_out.enabled
+        and evaluator_path.is_file()
+        and supports_held_out(evaluator_path)
+    ):
+        entries = evaluate_held_out(
+            run_dir, evaluator_path, config, programs, population, workers=workers, on_result=on_held_out
+        )
         held_out_figures = {e.label: e.score for e in entries}
         lines += _held_out_section(entries, config)
-    lines += ["## Islands", "", "| island | members | cells filled | best fitness | mean fitness |",
-              "|---:|---:|---:|---:|---:|"]
+    lines += [
+        "## Islands",
+        "",
+        "| island | members | cells filled | best fitness | mean fitness |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for stat in population.island_stats():
-        lines.append(f"| {stat['island']} | {stat['members']} | {stat['cells']} | "
-                     f"{_fmt(stat['best_fitness'])} | {_fmt(stat['mean_fitness'])} |")
+        lines.append(
+            f"| {stat['island']} | {stat['members']} | {stat['cells']} | "
+            f"{_fmt(stat['best_fitness'])} | {_fmt(stat['mean_fitness'])} |"
+        )
     by_id = {p.id: p for p in programs}
     lines += ["", "## Mutations", "", "| kind | children | ok | improved on parent |", "|---|---:|---:|---:|"]
     kinds: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
@@ -224,24 +259,44 @@ def write_report(
 
 def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
     settings = config.evaluator.task_settings
-    lines = ["## Held-out set", "",
-             "Scored after the search by the task's `evaluate_held_out` (never used for selection)"
-             + (f", task settings `{json.dumps(settings, sort_keys=True)}`" if settings else "")
-             + "; higher is better, the best of each column in bold.", ""]
+    lines = [
+        "## Held-out set",
+        "",
+        "Scored after the search by the task's `evaluate_held_out` (never used for selection)"
+        + (f", task settings `{json.dumps(settings, sort_keys=True)}`" if settings else "")
+        + "; higher is better, the best of each column in bold.",
+        "",
+    ]
     evolved = [e for e in entries if e.kind == "evolved"]
     if not evolved:
-        lines += [("No evolved program beat the seed on the training set, so only the seed and the "
-                   "baselines are scored."), ""]
+        lines += [
+            (
+                "No evolved program beat the seed on the training set, so only the seed and the "
+                "baselines are scored."
+            ),
+            "",
+        ]
     seed = next((e for e in entries if e.kind == "seed"), None)
     if evolved and seed is not None and evolved[0].score is not None and seed.score is not None:
         verdict = "beats" if evolved[0].score > seed.score else "does not beat"
-        lines += [(f"On the held-out mean the best evolved program {verdict} the seed "
-                   f"({_fmt(evolved[0].score)} vs {_fmt(seed.score)})."), ""]
+        lines += [
+            (
+                f"On the held-out mean the best evolved program {verdict} the seed "
+                f"({_fmt(evolved[0].score)} vs {_fmt(seed.score)})."
+            ),
+            "",
+        ]
         scored = sorted((e for e in entries if e.score is not None), key=lambda e: e.score, reverse=True)
         rank = next(i for i, e in enumerate(scored, start=1) if e is evolved[0])
         lines += [f"It ranks {rank} of {len(scored)} on the held-out mean.", ""]
-    rows = [(e.label + (" (baseline)" if e.kind == "baseline" else ""), e.metrics if e.status == "ok" else None,
-             e.failure) for e in entries]
+    rows = [
+        (
+            e.label + (" (baseline)" if e.kind == "baseline" else ""),
+            e.metrics if e.status == "ok" else None,
+            e.failure,
+        )
+        for e in entries
+    ]
     lines += _metric_table(rows) + [""]
     failed = [e for e in entries if e.status != "ok"]
     if failed:

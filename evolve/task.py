@@ -42,9 +42,14 @@ def load_task(spec: str | Path) -> Task:
     if not path.exists() and (BUILTIN_TASKS_DIR / str(spec)).is_dir():
         path = BUILTIN_TASKS_DIR / str(spec)
     if not path.is_dir():
-        builtin = sorted(p.name for p in BUILTIN_TASKS_DIR.iterdir() if p.is_dir() and not p.name.startswith("_")) \
-            if BUILTIN_TASKS_DIR.is_dir() else []
-        raise TaskError(f"task {str(spec)!r} is not a directory (built-in tasks: {', '.join(builtin) or 'none'})")
+        builtin = (
+            sorted(p.name for p in BUILTIN_TASKS_DIR.iterdir() if p.is_dir() and not p.name.startswith("_"))
+            if BUILTIN_TASKS_DIR.is_dir()
+            else []
+        )
+        raise TaskError(
+            f"task {str(spec)!r} is not a directory (built-in tasks: {', '.join(builtin) or 'none'})"
+        )
     path = path.resolve()
     program_path, evaluator_path = path / "initial_program.py", path / "evaluator.py"
     for required in (program_path, evaluator_path):

@@ -9,8 +9,13 @@ import os
 from typing import Any
 
 
-def load_task_settings(evaluator_file: str, program_path: str | None, defaults: dict[str, Any],
-                       task: str, positive: tuple[str, ...]) -> dict[str, Any]:
+def load_task_settings(
+    evaluator_file: str,
+    program_path: str | None,
+    defaults: dict[str, Any],
+    task: str,
+    positive: tuple[str, ...],
+) -> dict[str, Any]:
     values = dict(defaults)
     places = [os.path.join(os.path.dirname(os.path.abspath(evaluator_file)), "settings.json")]
     if program_path is not None:
@@ -21,7 +26,9 @@ def load_task_settings(evaluator_file: str, program_path: str | None, defaults: 
                 loaded = json.load(handle)
             unknown = sorted(set(loaded) - set(defaults))
             if unknown:
-                raise ValueError(f"{place}: unknown {task} task setting(s) {unknown}; known: {sorted(defaults)}")
+                raise ValueError(
+                    f"{place}: unknown {task} task setting(s) {unknown}; known: {sorted(defaults)}"
+                )
             values.update({k: v for k, v in loaded.items() if v is not None})
     for key in positive:
         values[key] = int(values[key])

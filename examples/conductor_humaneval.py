@@ -62,13 +62,17 @@ def main() -> None:
         if turn.run is not None:
             print(f"[topology] {turn.metrics}")
             turn.run.trace.save_jsonl(out / f"turn{turn.turn}.jsonl")
-            render_trace_png(turn.run.trace, out / f"turn{turn.turn}.png", graph=conductor.build_graph(turn.topology, task))
+            render_trace_png(
+                turn.run.trace, out / f"turn{turn.turn}.png", graph=conductor.build_graph(turn.topology, task)
+            )
             render_graph_png(conductor.build_graph(turn.topology, task), out / f"topology{turn.turn}.png")
         if turn.test is not None:
             print(f"[tests] {turn.test.outcome}: {turn.test.feedback.splitlines()[0]}")
     summary = result.to_dict()
     (out / "result.json").write_text(json.dumps(summary, indent=2))
-    print(f"\npassed={result.passed} turns={len(result.turns)} tokens={result.tokens} wall={time.perf_counter() - t0:.1f}s")
+    print(
+        f"\npassed={result.passed} turns={len(result.turns)} tokens={result.tokens} wall={time.perf_counter() - t0:.1f}s"
+    )
     print(f"files in {out}/")
 
 

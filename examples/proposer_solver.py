@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llm", default="embedded", help="LLM URI (default: the embedded model)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)",
+    )
     ap.add_argument("--proposals", type=int, default=4, help="proposer samples, run together")
     ap.add_argument("--solvers", type=int, default=5, help="solver attempts per question (the paper uses 5)")
     ap.add_argument("--proposer-tokens", type=int, default=64)
@@ -69,14 +73,17 @@ def main(argv: list[str] | None = None) -> dict:
         print("proposer wrote:", res.outputs["proposer"][0].strip()[:300])
         print(f"question: {oc.question!r}\nanswer: {oc.answer!r}")
         print("solver answers:", [a if a is None else a[:40] for a in oc.solver_answers])
-        print(f"k = {oc.k}/{oc.n}  difficulty = {oc.difficulty:.2f}  format = {oc.format:.2f}  "
-              f"reward = {oc.reward:.2f}  verified = {oc.verified}")
+        print(
+            f"k = {oc.k}/{oc.n}  difficulty = {oc.difficulty:.2f}  format = {oc.format:.2f}  "
+            f"reward = {oc.reward:.2f}  verified = {oc.verified}"
+        )
         if oc.format_problems:
             print("format problems:", "; ".join(oc.format_problems))
         res.trace.save_jsonl(out / f"trace_{i}.jsonl")
     best = max(range(len(results)), key=lambda i: outcomes[i].reward)
-    png_path = render_trace_png(results[best].trace, out / "trace.png", graph,
-                                title=f"proposer / solvers (Dr. Zero), proposal {best}")
+    png_path = render_trace_png(
+        results[best].trace, out / "trace.png", graph, title=f"proposer / solvers (Dr. Zero), proposal {best}"
+    )
     calls = sum(r.totals["calls"] for r in results)
     tokens = sum(r.totals["tokens"] for r in results)
     summary = {

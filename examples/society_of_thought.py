@@ -38,8 +38,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llm", default="embedded", help="LLM URI (default: the embedded model)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)",
+    )
     ap.add_argument("--personas", type=int, default=3, help="number of default personas (2-8)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=48)

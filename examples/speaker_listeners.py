@@ -35,8 +35,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llm", default="embedded", help="LLM URI (default: the embedded model)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0 = torch default; 1 is faster when other processes load the cores)",
+    )
     ap.add_argument("--listeners", type=int, default=3, help="listeners per cut")
     ap.add_argument("--speaker-tokens", type=int, default=128)
     # The paper cuts by lines; the small embedded model tends to write one paragraph, so cut by sentences.
@@ -65,10 +69,14 @@ def main(argv: list[str] | None = None) -> dict:
     outcome = RemulOutcome.from_result(result)
 
     print("speaker:\n" + result.outputs["speaker"][0].strip(), "\n")
-    print(f"speaker answer: {outcome.speaker_answer!r} (reference {outcome.reference!r}, correct: {outcome.correct})")
+    print(
+        f"speaker answer: {outcome.speaker_answer!r} (reference {outcome.reference!r}, correct: {outcome.correct})"
+    )
     for frac, answers in outcome.listener_answers.items():
-        print(f"  cut {frac:.0%} ({outcome.cut_lines[frac]} of {outcome.reasoning_lines} {args.unit}s): "
-              f"listeners said {answers}, agreement {outcome.agreement_by_cut[frac]:.2f}")
+        print(
+            f"  cut {frac:.0%} ({outcome.cut_lines[frac]} of {outcome.reasoning_lines} {args.unit}s): "
+            f"listeners said {answers}, agreement {outcome.agreement_by_cut[frac]:.2f}"
+        )
     print(f"matches = {outcome.matches}/{outcome.n_pairs}  reward = {outcome.reward:.1f}")
     totals = result.totals
     out = Path(args.out)

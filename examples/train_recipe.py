@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the yaml's)")
     ap.add_argument("--sft-steps", type=int, default=None)
     ap.add_argument("--eval-every", type=int, default=None)
-    ap.add_argument("--recipe", dest="recipe_json", default=None, help="JSON object of recipe options to override")
+    ap.add_argument(
+        "--recipe", dest="recipe_json", default=None, help="JSON object of recipe options to override"
+    )
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="run directory (default runs/<recipe>)")
@@ -49,8 +51,10 @@ def main(argv: list[str] | None = None) -> dict:
     recipe = RECIPES[args.recipe](**recipe_kw)
     result = train(recipe, TrainConfig(**train_kw), args.out or f"runs/{args.recipe}", progress=True)
     before, after = result.first_eval["reward"], result.last_eval["reward"]
-    print(f"{args.recipe}: held-out reward {before:.3f} -> {after:.3f} in {result.wall_s:.0f} s; "
-          f"run directory {result.out}")
+    print(
+        f"{args.recipe}: held-out reward {before:.3f} -> {after:.3f} in {result.wall_s:.0f} s; "
+        f"run directory {result.out}"
+    )
     return result.to_dict()
 
 

@@ -21,18 +21,29 @@ from societas.marl.llm.cli import make_command as llm_command
 from societas.marl.llm.recipes import RECIPES
 from societas.marl.routing.cli import routing_command
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Multi-agent learning: exact game solvers and training.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Multi-agent learning: exact game solvers and training.",
+)
 app.add_typer(games_app, name="games", help="Solve OpenSpiel games exactly with the CFR family.")
 
-train_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                        help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).")
+train_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).",
+)
 train_app.command("comm")(comm_command)
 train_app.command("routing")(routing_command)
 for _name in RECIPES:
     train_app.command(_name)(llm_command(_name))
-app.add_typer(train_app, name="train",
-              help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).")
+app.add_typer(
+    train_app,
+    name="train",
+    help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).",
+)
 
 
 MULTI_OPTIONS = ("--games", "--algos", *LLM_MULTI)
@@ -40,4 +51,3 @@ MULTI_OPTIONS = ("--games", "--algos", *LLM_MULTI)
 
 def main() -> None:
     app(args=expand_multi_args(sys.argv[1:], MULTI_OPTIONS), prog_name="python -m societas.marl")
-

@@ -19,8 +19,7 @@ def progress_bar(enabled: bool = True, *, console=None, field: str | None = None
         TimeRemainingColumn,
     )
 
-    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(),
-               MofNCompleteColumn()]
+    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn()]
     if field:
         columns.append(TextColumn("{task.fields[" + field + "]}"))
     columns += [TimeElapsedColumn(), TimeRemainingColumn()]

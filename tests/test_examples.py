@@ -26,7 +26,10 @@ def test_example_runs(script, tmp_path):
     out = tmp_path / "run"
     r = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), *EXAMPLES[script], "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     files = sorted(p.name for p in out.rglob("*") if p.is_file())
@@ -45,14 +48,42 @@ def test_example_runs(script, tmp_path):
 # Each LLM training recipe runs end to end on the embedded model (tiny sizes; the
 # configs in examples/recipes/ are the measured short runs).
 RECIPE_RUNS = {
-    "selfplay": {"proposals_per_step": 2, "n_solvers": 2, "proposer_tokens": 24, "solver_tokens": 16,
-                 "eval_proposals": 1, "eval_problems": 1},
-    "conductor": {"problems_per_step": 1, "group_size": 2, "max_turns": 2, "orchestrator_tokens": 48,
-                  "worker_tokens": 16, "eval_problems": 1, "sft_batch": 2},
-    "remul": {"questions_per_step": 1, "group_size": 2, "speaker_tokens": 32, "listener_tokens": 12,
-              "n_listeners": 1, "eval_questions": 1, "ea_fractions": [0.5, 1.0], "sft_batch": 2},
-    "society": {"n_personas": 2, "questions_per_step": 1, "group_size": 2, "persona_tokens": 16,
-                "aggregator_tokens": 12, "eval_questions": 1, "sft_batch": 2},
+    "selfplay": {
+        "proposals_per_step": 2,
+        "n_solvers": 2,
+        "proposer_tokens": 24,
+        "solver_tokens": 16,
+        "eval_proposals": 1,
+        "eval_problems": 1,
+    },
+    "conductor": {
+        "problems_per_step": 1,
+        "group_size": 2,
+        "max_turns": 2,
+        "orchestrator_tokens": 48,
+        "worker_tokens": 16,
+        "eval_problems": 1,
+        "sft_batch": 2,
+    },
+    "remul": {
+        "questions_per_step": 1,
+        "group_size": 2,
+        "speaker_tokens": 32,
+        "listener_tokens": 12,
+        "n_listeners": 1,
+        "eval_questions": 1,
+        "ea_fractions": [0.5, 1.0],
+        "sft_batch": 2,
+    },
+    "society": {
+        "n_personas": 2,
+        "questions_per_step": 1,
+        "group_size": 2,
+        "persona_tokens": 16,
+        "aggregator_tokens": 12,
+        "eval_questions": 1,
+        "sft_batch": 2,
+    },
 }
 
 
@@ -62,9 +93,25 @@ def test_train_recipe_example(recipe, tmp_path):
     out = tmp_path / recipe
     sft = "0" if recipe == "selfplay" else "1"
     r = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "train_recipe.py"), recipe, "--steps", "1", "--sft-steps", sft,
-         "--eval-every", "1", "--recipe", json.dumps(RECIPE_RUNS[recipe]), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_recipe.py"),
+            recipe,
+            "--steps",
+            "1",
+            "--sft-steps",
+            sft,
+            "--eval-every",
+            "1",
+            "--recipe",
+            json.dumps(RECIPE_RUNS[recipe]),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "held-out reward" in r.stdout

@@ -11,7 +11,14 @@ Mermaid and PNG rendering; and the topologies of the papers in
 from . import patterns
 from .errors import LogicInvalid, NoYAMLFound, SchemaInvalid, SpecError, TopologyParseError, YAMLSyntaxError
 from .graph import Graph, GraphMetrics
-from .layered import DIFFICULTY_NODE_CAPS, LayeredAgent, LayeredTopology, extract_yaml, parse_layered_yaml, try_parse_layered_yaml
+from .layered import (
+    DIFFICULTY_NODE_CAPS,
+    LayeredAgent,
+    LayeredTopology,
+    extract_yaml,
+    parse_layered_yaml,
+    try_parse_layered_yaml,
+)
 from .render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
 from .runtime import NodeContext, NodeError, Runtime, RunResult
 from .spec import BudgetSpec, EdgeSpec, GraphSpec, NodeSpec

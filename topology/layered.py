@@ -142,7 +142,9 @@ class LayeredTopology(BaseModel):
                     out.append((r, a.name))
         return out
 
-    def check(self, allowed_roles: Iterable[str] = CONDUCTOR_ROLES, max_agents: int | None = None) -> LayeredTopology:
+    def check(
+        self, allowed_roles: Iterable[str] = CONDUCTOR_ROLES, max_agents: int | None = None
+    ) -> LayeredTopology:
         """Run the logic checks of :func:`parse_layered_yaml` on a topology built in code.
 
         Returns the topology with roles spelled as in ``allowed_roles``;
@@ -154,7 +156,9 @@ class LayeredTopology(BaseModel):
         """Nodes (agents), edges (distinct refs), depth (number of layers) and density."""
         n = len(self.agents)
         m = len(self.edge_pairs())
-        return GraphMetrics(nodes=n, edges=m, depth=len(self.layers), density=m / (n * (n - 1)) if n > 1 else 0.0)
+        return GraphMetrics(
+            nodes=n, edges=m, depth=len(self.layers), density=m / (n * (n - 1)) if n > 1 else 0.0
+        )
 
     def to_graph_spec(
         self,
@@ -335,7 +339,9 @@ def _read_ref(value: Any, path: str) -> list[str]:
 def _read_agent(data: Any, path: str) -> tuple[LayeredAgent, str]:
     """One agent and the document key its refs were given under (for error paths)."""
     if not isinstance(data, dict):
-        raise SchemaInvalid(path, f"an agent must be a mapping with name, role and ref, got {_type_name(data)}")
+        raise SchemaInvalid(
+            path, f"an agent must be a mapping with name, role and ref, got {_type_name(data)}"
+        )
     for key in data:
         if not isinstance(key, str) or key not in _AGENT_KEYS:
             raise SchemaInvalid(
@@ -374,7 +380,9 @@ def _read_schema(data: Any, llm: str) -> tuple[LayeredTopology, dict[tuple[int, 
     if isinstance(data, dict):
         for key in data:
             if key not in ("layers", "difficulty"):
-                raise SchemaInvalid(_key_path("", key), f"unknown top-level key {key!r} (allowed: layers, difficulty)")
+                raise SchemaInvalid(
+                    _key_path("", key), f"unknown top-level key {key!r} (allowed: layers, difficulty)"
+                )
         if "layers" not in data:
             raise SchemaInvalid("layers", "missing required key")
         raw_diff = data.get("difficulty")
@@ -448,7 +456,9 @@ def _check_logic(
         for j, a in enumerate(layer):
             apath = where(i, j)[0]
             if a.name in layer_of:
-                raise LogicInvalid(f"{apath}.name", f"duplicate agent {a.name!r} (first at {first_at[a.name]})")
+                raise LogicInvalid(
+                    f"{apath}.name", f"duplicate agent {a.name!r} (first at {first_at[a.name]})"
+                )
             layer_of[a.name] = i
             first_at[a.name] = apath
             role = allowed.get(a.role.strip().lower())
@@ -529,11 +539,17 @@ def parse_layered_yaml(
     try:
         block = extract_yaml(text)
         try:
-            data = load_yaml_bounded(block, max_chars=_MAX_YAML_CHARS, max_items=_MAX_ITEMS, max_depth=_MAX_DEPTH)
+            data = load_yaml_bounded(
+                block, max_chars=_MAX_YAML_CHARS, max_items=_MAX_ITEMS, max_depth=_MAX_DEPTH
+            )
         except SpecError as exc:
             raise YAMLSyntaxError(exc.path, exc.message) from None
         if not isinstance(data, (dict, list)):
-            what = "is empty" if data is None else f"holds a single {_type_name(data)} value, not a mapping or list"
+            what = (
+                "is empty"
+                if data is None
+                else f"holds a single {_type_name(data)} value, not a mapping or list"
+            )
             raise YAMLSyntaxError("", f"the YAML block {what}")
         topo, paths = _read_schema(data, llm)
         return _check_logic(topo, allowed_roles, max_agents, paths)

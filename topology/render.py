@@ -172,7 +172,11 @@ def trace_to_mermaid(trace: Trace, graph: Graph | None = None, *, direction: str
     ids = _mermaid_ids(list(nodes))
     out = [f"flowchart {d}"]
     for nid, info in nodes.items():
-        out.append(_node_line(ids[nid], info.kind, [nid, _second_line(info.kind, info.role), _calls_text(info.calls)]))
+        out.append(
+            _node_line(
+                ids[nid], info.kind, [nid, _second_line(info.kind, info.role), _calls_text(info.calls)]
+            )
+        )
     for a, b, tok in _trace_edges(trace, graph):
         if tok is None:
             out.append(f"    {ids[a]} -.-> {ids[b]}")
@@ -355,15 +359,21 @@ def render_graph_png(graph: Graph, path: str | Path, *, title: str | None = None
     final = graph.final if len(graph) else None
     nodes = {
         nid: _DrawNode(
-            f"{nid}\n{_second_line(graph.node(nid).kind, graph.node(nid).role)}", graph.node(nid).kind, nid == final
+            f"{nid}\n{_second_line(graph.node(nid).kind, graph.node(nid).role)}",
+            graph.node(nid).kind,
+            nid == final,
         )
         for nid in graph.nodes
     }
     edges = [_DrawEdge(e.source, e.target, 1.3, e.label or None) for e in graph.spec.edges]
-    return _draw(nodes, edges, graph.topological_layers(), path, title if title is not None else graph.spec.name)
+    return _draw(
+        nodes, edges, graph.topological_layers(), path, title if title is not None else graph.spec.name
+    )
 
 
-def render_trace_png(trace: Trace, path: str | Path, graph: Graph | None = None, *, title: str | None = None) -> Path:
+def render_trace_png(
+    trace: Trace, path: str | Path, graph: Graph | None = None, *, title: str | None = None
+) -> Path:
     """Draw a run to a PNG file: edges labelled and thickened by the tokens they carried, nodes with call counts.
 
     The layout comes from ``graph`` when given (nodes the trace adds are

@@ -48,9 +48,6 @@ class NodeError(RuntimeError):
     """A node failed while the graph ran (its id and round are in the message)."""
 
 
-
-
-
 @dataclass
 class NodeContext:
     """What a function or tool node receives."""
@@ -187,7 +184,9 @@ class Runtime:
             else:
                 src = spec.llms.get(name)
             if src is None:
-                raise ValueError(f"no LLM named {name!r}: add it to the spec's llms or pass llms={{{name!r}: ...}}")
+                raise ValueError(
+                    f"no LLM named {name!r}: add it to the spec's llms or pass llms={{{name!r}: ...}}"
+                )
             out[name] = load_llm(src) if isinstance(src, str) else src
         return out
 

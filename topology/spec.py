@@ -60,7 +60,14 @@ __all__ = [
 NODE_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
 """Node ids: a letter or ``_`` first, then letters, digits, ``_``, ``.`` or ``-``."""
 
-SAMPLING_OVERRIDES: tuple[str, ...] = ("temperature", "top_p", "max_new_tokens", "min_new_tokens", "stop", "seed")
+SAMPLING_OVERRIDES: tuple[str, ...] = (
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "min_new_tokens",
+    "stop",
+    "seed",
+)
 """The SamplingParams fields a node may override (``n`` and ``logprobs`` belong to the caller)."""
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs")
@@ -243,7 +250,9 @@ def _check_size(obj: Any, *, max_items: int, max_depth: int) -> None:
         elif isinstance(item, (str, bytes)):
             weight += len(item) // 100
         if weight > max_items:
-            raise SpecError("", f"the document is too large (more than {max_items} values once aliases are expanded)")
+            raise SpecError(
+                "", f"the document is too large (more than {max_items} values once aliases are expanded)"
+            )
 
 
 def _check_bracket_depth(text: str, max_depth: int) -> None:
@@ -396,7 +405,9 @@ class NodeSpec(BaseModel):
     def _check_params(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key in v:
             if key not in SAMPLING_OVERRIDES:
-                raise _FieldProblem((key,), f"unknown sampling parameter (allowed: {', '.join(SAMPLING_OVERRIDES)})")
+                raise _FieldProblem(
+                    (key,), f"unknown sampling parameter (allowed: {', '.join(SAMPLING_OVERRIDES)})"
+                )
         try:
             sampled = SamplingParams(**v)
         except ValidationError as exc:
@@ -415,7 +426,9 @@ class NodeSpec(BaseModel):
     @classmethod
     def _check_function(cls, v: str | None) -> str | None:
         if v is not None and not re.match(_FUNCTION_PATTERN, v):
-            raise ValueError(f"invalid function reference {v!r}: use 'package.module:attr' or a registered name")
+            raise ValueError(
+                f"invalid function reference {v!r}: use 'package.module:attr' or a registered name"
+            )
         return v
 
     @field_validator("template")
@@ -471,7 +484,9 @@ class EdgeSpec(BaseModel):
             return {"source": parts[0].strip(), "target": parts[1].strip()}
         if isinstance(data, (list, tuple)):
             if len(data) != 2:
-                raise ValueError(f"an edge written as a list must have 2 items [source, target], got {len(data)}")
+                raise ValueError(
+                    f"an edge written as a list must have 2 items [source, target], got {len(data)}"
+                )
             return {"source": data[0], "target": data[1]}
         return data
 
@@ -545,11 +560,15 @@ class GraphSpec(BaseModel):
         """Read a spec from JSON text, or from a file (a ``Path`` or a one-line ``*.json`` string)."""
         text, source = _read_source(text_or_path, (".json",))
         if len(text) > _SPEC_MAX_CHARS:
-            raise SpecError("", f"the document is too long ({len(text)} characters, at most {_SPEC_MAX_CHARS})")
+            raise SpecError(
+                "", f"the document is too long ({len(text)} characters, at most {_SPEC_MAX_CHARS})"
+            )
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError("", f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+            raise SpecError(
+                "", f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+            ) from None
         except RecursionError:
             raise SpecError("", "the document is nested too deeply to read") from None
         except ValueError as exc:
@@ -582,7 +601,9 @@ class GraphSpec(BaseModel):
         out["nodes"] = data.get("nodes", [])
         # Edges without a label are written in their short form, "a -> b".
         if "edges" in out:
-            out["edges"] = [f"{e['source']} -> {e['target']}" if e.get("label") is None else e for e in out["edges"]]
+            out["edges"] = [
+                f"{e['source']} -> {e['target']}" if e.get("label") is None else e for e in out["edges"]
+            ]
         order = list(type(self).model_fields)
         return {k: out[k] for k in order if k in out}
 

@@ -96,7 +96,9 @@ def _build(uri: str, **kw: Any) -> LLM:
         return TransformersLLM(prepare(), name="embedded", **kw)
     scheme, sep, rest = uri.partition(":")
     if not sep or not rest:
-        raise UnknownLLM(f"unknown LLM {uri!r}; expected 'embedded' or one of {', '.join(SCHEMES[1:])}PATH/MODEL")
+        raise UnknownLLM(
+            f"unknown LLM {uri!r}; expected 'embedded' or one of {', '.join(SCHEMES[1:])}PATH/MODEL"
+        )
     if scheme == "hf":
         from .transformers_llm import TransformersLLM
 
@@ -137,4 +139,6 @@ def _build(uri: str, **kw: Any) -> LLM:
         except (ImportError, AttributeError) as exc:
             raise UnknownLLM(f"cannot import {mod}:{attr} for {uri!r}: {exc}") from None
         return FunctionLLM(fn, name=uri, **kw)
-    raise UnknownLLM(f"unknown LLM scheme {scheme!r} in {uri!r}; known: embedded, hf:, gguf:, vllm:, openai:, function:")
+    raise UnknownLLM(
+        f"unknown LLM scheme {scheme!r} in {uri!r}; known: embedded, hf:, gguf:, vllm:, openai:, function:"
+    )

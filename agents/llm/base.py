@@ -52,7 +52,9 @@ class SamplingParams(BaseModel):
     @model_validator(mode="after")
     def _min_le_max(self) -> "SamplingParams":
         if self.min_new_tokens > self.max_new_tokens:
-            raise ValueError(f"min_new_tokens ({self.min_new_tokens}) exceeds max_new_tokens ({self.max_new_tokens})")
+            raise ValueError(
+                f"min_new_tokens ({self.min_new_tokens}) exceeds max_new_tokens ({self.max_new_tokens})"
+            )
         return self
 
     @property
@@ -120,7 +122,9 @@ def normalize_prompt(prompt: Prompt) -> list[ChatMessage]:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise ValueError(f"prompt message {i} must be a dict with 'role' and 'content', got {m!r}")
         if m["role"] not in _ROLES:
-            raise ValueError(f"prompt message {i} has unknown role {m['role']!r}; expected one of {sorted(_ROLES)}")
+            raise ValueError(
+                f"prompt message {i} has unknown role {m['role']!r}; expected one of {sorted(_ROLES)}"
+            )
         if not isinstance(m["content"], str):
             raise ValueError(f"prompt message {i} content must be a string")
         out.append({"role": m["role"], "content": m["content"]})
@@ -139,7 +143,9 @@ def broadcast_params(
         return [params] * n_prompts
     plist = list(params)
     if len(plist) != n_prompts:
-        raise ValueError(f"got {len(plist)} SamplingParams for {n_prompts} prompts; give one or one per prompt")
+        raise ValueError(
+            f"got {len(plist)} SamplingParams for {n_prompts} prompts; give one or one per prompt"
+        )
     for i, p in enumerate(plist):
         if not isinstance(p, SamplingParams):
             raise TypeError(f"params[{i}] must be SamplingParams, got {type(p).__name__}")
@@ -172,7 +178,9 @@ def render_with_tokenizer(tokenizer: Any, prompt: Prompt) -> str:
 
 def encode_with_tokenizer(tokenizer: Any, prompts: Sequence[Prompt]) -> list[list[int]]:
     """Token ids of each rendered prompt (the template already holds the special tokens)."""
-    return [list(tokenizer.encode(render_with_tokenizer(tokenizer, p), add_special_tokens=False)) for p in prompts]
+    return [
+        list(tokenizer.encode(render_with_tokenizer(tokenizer, p), add_special_tokens=False)) for p in prompts
+    ]
 
 
 def render_chat_plain(messages: Sequence[ChatMessage]) -> str:

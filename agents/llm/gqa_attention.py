@@ -32,7 +32,9 @@ def gqa_sdpa_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     groups = getattr(module, "num_key_value_groups", 1)
     if attention_mask is None or groups == 1 or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     B, Hq, Lq, D = query.shape
     Hk = key.shape[1]
     # query head h belongs to KV head h // groups: [B, Hk, groups*Lq, D]
@@ -40,7 +42,9 @@ def gqa_sdpa_attention_forward(
     mask = attention_mask
     if mask.shape[1] != 1:
         raise ValueError("per-head attention masks are not supported by the grouped SDPA path")
-    mask = mask.unsqueeze(2).expand(B, 1, groups, Lq, mask.shape[-1]).reshape(B, 1, groups * Lq, mask.shape[-1])
+    mask = (
+        mask.unsqueeze(2).expand(B, 1, groups, Lq, mask.shape[-1]).reshape(B, 1, groups * Lq, mask.shape[-1])
+    )
     out = torch.nn.functional.scaled_dot_product_attention(
         q, key, value, attn_mask=mask, dropout_p=dropout if module.training else 0.0, scale=scaling
     )

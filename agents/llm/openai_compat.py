@@ -334,7 +334,9 @@ def _tokens_kept(tokens: Sequence[str], kept_chars: int) -> int:
 
 def _check_base_url(base_url: Any) -> str:
     if not isinstance(base_url, str) or not base_url.strip():
-        raise ValueError(f"base_url must be a non-empty string like 'http://127.0.0.1:8000/v1', got {base_url!r}")
+        raise ValueError(
+            f"base_url must be a non-empty string like 'http://127.0.0.1:8000/v1', got {base_url!r}"
+        )
     url = base_url.strip().rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -584,7 +586,9 @@ class OpenAICompatibleLLM:
             else:
                 prompt_tokens = sum(len(m["content"].split()) for m in messages)
             for k, (ch, n_tokens) in enumerate(zip(resp.choices[:need], counts[:need])):
-                out.append(self._to_completion(ch, n_tokens, prompt_tokens if k == 0 else 0, p, index, len(out)))
+                out.append(
+                    self._to_completion(ch, n_tokens, prompt_tokens if k == 0 else 0, p, index, len(out))
+                )
         self._bump("completions", len(out))
         self._bump("prompt_tokens", sum(c.usage.prompt_tokens for c in out))
         self._bump("completion_tokens", sum(c.usage.completion_tokens for c in out))
@@ -675,12 +679,16 @@ class OpenAICompatibleLLM:
                 for chunk in r.iter_bytes():
                     chunks.append(chunk)
                     if time.monotonic() > deadline:
-                        raise _AttemptError(f"response body still arriving after {self.timeout_s:g} s", retryable=True)
+                        raise _AttemptError(
+                            f"response body still arriving after {self.timeout_s:g} s", retryable=True
+                        )
                 raw = b"".join(chunks)
                 status = r.status_code
                 headers = r.headers
         except httpx.TimeoutException as e:
-            raise _AttemptError(f"{type(e).__name__}: no answer within {self.timeout_s:g} s", retryable=True) from None
+            raise _AttemptError(
+                f"{type(e).__name__}: no answer within {self.timeout_s:g} s", retryable=True
+            ) from None
         except httpx.UnsupportedProtocol as e:
             raise _AttemptError(f"{type(e).__name__}: {e}", retryable=False) from None
         except httpx.RequestError as e:
@@ -700,6 +708,9 @@ class OpenAICompatibleLLM:
         except ValueError as e:
             text = _excerpt(raw.decode("utf-8", errors="replace"))
             raise _AttemptError(
-                f"malformed JSON in HTTP {status} response ({e}): {text!r}", retryable=True, status=status, body=text
+                f"malformed JSON in HTTP {status} response ({e}): {text!r}",
+                retryable=True,
+                status=status,
+                body=text,
             ) from None
         return _parse_response(data)

@@ -86,7 +86,9 @@ class TransformersLLM:
             kw: dict[str, Any] = {"local_files_only": True}
             if path.is_file():
                 if path.suffix != ".gguf":
-                    raise ValueError(f"{path} is a file but not a .gguf; give a model directory or a GGUF file")
+                    raise ValueError(
+                        f"{path} is a file but not a .gguf; give a model directory or a GGUF file"
+                    )
                 kw["gguf_file"] = path.name
                 src = str(path.parent)
             else:
@@ -156,7 +158,9 @@ class TransformersLLM:
         self.calls += 1
         for start in range(0, len(order), self.max_batch_size):
             chunk = [rows[r] for r in order[start : start + self.max_batch_size]]
-            outs = self._generate_rows([ids[i] for i, _ in chunk], [plist[i] for i, _ in chunk], [s for _, s in chunk])
+            outs = self._generate_rows(
+                [ids[i] for i, _ in chunk], [plist[i] for i, _ in chunk], [s for _, s in chunk]
+            )
             for (i, s), c in zip(chunk, outs):
                 c.prompt_index, c.sample_index = i, s
                 results[(i, s)] = c
@@ -245,7 +249,9 @@ class TransformersLLM:
             if young and len(eos_idx):
                 logits = logits.clone()
                 logits[torch.tensor(young).unsqueeze(1), eos_idx.unsqueeze(0)] = float("-inf")
-            next_tok, lp = self._sample(logits, temps[rows_t], top_ps[rows_t], [gens[r] for r in active], want_lp, raw)
+            next_tok, lp = self._sample(
+                logits, temps[rows_t], top_ps[rows_t], [gens[r] for r in active], want_lp, raw
+            )
             keep: list[int] = []
             for b, r in enumerate(active):
                 t = int(next_tok[b])

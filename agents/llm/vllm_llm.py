@@ -274,7 +274,9 @@ class VLLMLLM:
         self._vllm = vllm
         self.on_cpu = bool(current_platform.is_cpu())
         if gpu_memory_utilization is None:
-            gpu_memory_utilization = CPU_DEFAULT_MEMORY_UTILIZATION if self.on_cpu else GPU_DEFAULT_MEMORY_UTILIZATION
+            gpu_memory_utilization = (
+                CPU_DEFAULT_MEMORY_UTILIZATION if self.on_cpu else GPU_DEFAULT_MEMORY_UTILIZATION
+            )
         if dtype == "auto" and self.on_cpu:
             dtype = "float32"
 
@@ -428,7 +430,9 @@ class VLLMLLM:
                 raise TypeError(f"weights[{i}] must be a (name, tensor) pair, got {type(item).__name__}")
             k, v = item
             if not isinstance(k, str) or not isinstance(v, torch.Tensor):
-                raise TypeError(f"weights[{i}] must be (str, torch.Tensor), got ({type(k).__name__}, {type(v).__name__})")
+                raise TypeError(
+                    f"weights[{i}] must be (str, torch.Tensor), got ({type(k).__name__}, {type(v).__name__})"
+                )
             if k in named:
                 raise ValueError(f"weight {k!r} given twice")
             if k.endswith(_SKIPPED_SUFFIXES) or (self._tied_embeddings and k == "lm_head.weight"):
@@ -467,7 +471,10 @@ class VLLMLLM:
             )
         log.info(
             "%s: loaded %d tensors (%.1f MiB) in %.2f s",
-            self.name, len(named), n_bytes / 2**20, time.perf_counter() - t0,
+            self.name,
+            len(named),
+            n_bytes / 2**20,
+            time.perf_counter() - t0,
         )
         return len(named)
 

@@ -21,8 +21,12 @@ import logging
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Train multi-agent policies with learned communication (MAPPO/IPPO).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train multi-agent policies with learned communication (MAPPO/IPPO).",
+)
 
 
 @app.callback()
@@ -39,7 +43,7 @@ def _one_line(exc: Exception) -> str:
             loc = ".".join(str(x) for x in e.get("loc", ()))
             msg = str(e.get("msg", "")).removeprefix("Value error, ")
             return f"{loc}: {msg}" if loc else msg
-        except (IndexError, KeyError, TypeError):   # not a pydantic error list: use the text
+        except (IndexError, KeyError, TypeError):  # not a pydantic error list: use the text
             pass
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -65,19 +69,23 @@ def _json_object(option: str, text: str) -> dict:
 def comm(
     env: str = typer.Option("speaker_listener", help="Batched env: speaker_listener, reference."),
     algo: str = typer.Option("mappo", help="mappo (centralised critic) or ippo (local critics)."),
-    comm_name: str = typer.Option("none", "--comm",
-                                  help="Communication module: none, commnet, tarmac, ic3net, dial, gat, commformer."),
+    comm_name: str = typer.Option(
+        "none", "--comm", help="Communication module: none, commnet, tarmac, ic3net, dial, gat, commformer."
+    ),
     steps: int = typer.Option(300_000, help="Env steps to train for (each step of B envs counts B)."),
     seed: int = typer.Option(0, help="Seed of the env, the networks and every random draw."),
     out: str = typer.Option(..., help="Run directory to write."),
     num_envs: int | None = typer.Option(None, "--num-envs", help="Parallel envs (default: the config's)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    comm_kwargs: str | None = typer.Option(None, "--comm-kwargs",
-                                              help='JSON object of module options, e.g. \'{"rounds": 1}\'.'),
+    comm_kwargs: str | None = typer.Option(
+        None, "--comm-kwargs", help="JSON object of module options, e.g. '{\"rounds\": 1}'."
+    ),
     recurrent: bool = typer.Option(False, "--recurrent", help="GRU actor (reset at episode starts)."),
     eval_episodes: int = typer.Option(100, "--eval-episodes", help="Greedy evaluation episodes (0: skip)."),
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object on the last line."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the result as one JSON object on the last line."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages."),
 ) -> None:
     """Train MAPPO/IPPO with a communication module and write a run directory."""
@@ -86,8 +94,9 @@ def comm(
     from .modules import COMM_MODULES
     from .train import run_cli_training
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if env not in ENVS:
         _fail(f"unknown env {env!r}; known: {', '.join(ENVS)}")
     if algo not in ALGOS:
@@ -104,20 +113,37 @@ def comm(
         torch.set_num_threads(threads)
     kwargs = _json_object("--comm-kwargs", comm_kwargs) if comm_kwargs else {}
     try:
-        res = run_cli_training(env=env, algo=algo, comm=comm_name, steps=steps, seed=seed, out=out,
-                               num_envs=num_envs, device=device, comm_kwargs=kwargs,
-                               recurrent=recurrent, eval_episodes=eval_episodes, progress=True)
-    except ValueError as exc:      # bad comm kwargs, device, adjacency ...
+        res = run_cli_training(
+            env=env,
+            algo=algo,
+            comm=comm_name,
+            steps=steps,
+            seed=seed,
+            out=out,
+            num_envs=num_envs,
+            device=device,
+            comm_kwargs=kwargs,
+            recurrent=recurrent,
+            eval_episodes=eval_episodes,
+            progress=True,
+        )
+    except ValueError as exc:  # bad comm kwargs, device, adjacency ...
         _fail(_one_line(exc))
     d = res.to_dict()
     if json_out:
         typer.echo(json.dumps(d))
     else:
-        ev = "n/a" if d["eval_return_mean"] is None else f"{d['eval_return_mean']:.2f} ± {d['eval_return_std']:.2f}"
+        ev = (
+            "n/a"
+            if d["eval_return_mean"] is None
+            else f"{d['eval_return_mean']:.2f} ± {d['eval_return_std']:.2f}"
+        )
         fr = "n/a" if d["final_return"] is None else f"{d['final_return']:.2f}"
-        typer.echo(f"{algo}+{comm_name} on {env}: {d['env_steps']:,} steps in {d['wall_s']:.1f} s; "
-                   f"training return {fr}; greedy eval {ev}; {d['messages_per_step']:.2f} messages/step; "
-                   f"run dir {d['out_dir']}")
+        typer.echo(
+            f"{algo}+{comm_name} on {env}: {d['env_steps']:,} steps in {d['wall_s']:.1f} s; "
+            f"training return {fr}; greedy eval {ev}; {d['messages_per_step']:.2f} messages/step; "
+            f"run dir {d['out_dir']}"
+        )
 
 
 def main() -> None:

@@ -89,10 +89,11 @@ __all__ = [
 ]
 
 ALGOS = ("mappo", "ippo")
-NEG_INF = -1e9     # logit of an action the agent does not have (finite: no NaN in entropies)
+NEG_INF = -1e9  # logit of an action the agent does not have (finite: no NaN in entropies)
 
 
 # ------------------------------------------------------------------- config --
+
 
 class MAPPOConfig(BaseModel):
     """Hyper-parameters of one MAPPO/IPPO run.
@@ -113,15 +114,15 @@ class MAPPOConfig(BaseModel):
     algo: Literal["mappo", "ippo"] = "mappo"
     comm: str = "none"
     comm_kwargs: dict[str, Any] = Field(default_factory=dict)
-    adjacency: list[list[float]] | None = None   # receiver-row graph given to the comm module
+    adjacency: list[list[float]] | None = None  # receiver-row graph given to the comm module
 
-    total_steps: int = Field(1_000_000, ge=1)     # env steps: each step of B envs counts B
+    total_steps: int = Field(1_000_000, ge=1)  # env steps: each step of B envs counts B
     num_envs: int = Field(128, ge=1)
     rollout_steps: int = Field(25, ge=1)
     hidden_size: int = Field(64, ge=2)
     critic_hidden_size: int = Field(64, ge=2)
-    share_actor: bool = True                      # one actor (and critic) for all agents, with agent id
-    recurrent: bool = False                       # GRU in the actor, reset at episode starts
+    share_actor: bool = True  # one actor (and critic) for all agents, with agent id
+    recurrent: bool = False  # GRU in the actor, reset at episode starts
 
     lr: float = Field(7e-4, gt=0)
     critic_lr: float = Field(7e-4, gt=0)
@@ -130,14 +131,14 @@ class MAPPOConfig(BaseModel):
     gamma: float = Field(0.99, ge=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)
     clip_coef: float = Field(0.2, gt=0)
-    value_clip: float | None = 0.2                # None: unclipped value loss
+    value_clip: float | None = 0.2  # None: unclipped value loss
     value_norm: bool = True
     norm_advantages: bool = True
     ent_coef: float = Field(0.01, ge=0)
     vf_coef: float = Field(1.0, ge=0)
     max_grad_norm: float = Field(10.0, gt=0)
     update_epochs: int = Field(5, ge=1)
-    num_minibatches: int = Field(4, ge=1)         # 128 envs x 25 steps / 4 = 800 samples each
+    num_minibatches: int = Field(4, ge=1)  # 128 envs x 25 steps / 4 = 800 samples each
     bootstrap_truncation: bool = True
 
     device: str = "auto"
@@ -166,8 +167,10 @@ class MAPPOConfig(BaseModel):
 
 # ------------------------------------------------------- GAE and PPO losses --
 
-def compute_gae(rewards: Tensor, values: Tensor, next_values: Tensor, ended: Tensor,
-                gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+
+def compute_gae(
+    rewards: Tensor, values: Tensor, next_values: Tensor, ended: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation over time (dim 0).
 
     ``rewards``, ``values``, ``next_values``: ``[T, ...]``; ``next_values[t]`` is
@@ -189,8 +192,9 @@ def compute_gae(rewards: Tensor, values: Tensor, next_values: Tensor, ended: Ten
     return adv, adv + values
 
 
-def ppo_policy_loss(new_logp: Tensor, old_logp: Tensor, adv: Tensor, clip_coef: float
-                    ) -> tuple[Tensor, dict[str, float]]:
+def ppo_policy_loss(
+    new_logp: Tensor, old_logp: Tensor, adv: Tensor, clip_coef: float
+) -> tuple[Tensor, dict[str, float]]:
     """PPO's clipped surrogate ``-E[min(r A, clip(r, 1-eps, 1+eps) A)]`` and diagnostics."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
@@ -198,8 +202,10 @@ def ppo_policy_loss(new_logp: Tensor, old_logp: Tensor, adv: Tensor, clip_coef: 
     surr2 = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * adv
     loss = -torch.min(surr1, surr2).mean()
     with torch.no_grad():
-        stats = {"approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
-                 "clipfrac": float(((ratio - 1.0).abs() > clip_coef).float().mean())}
+        stats = {
+            "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
+            "clipfrac": float(((ratio - 1.0).abs() > clip_coef).float().mean()),
+        }
     return loss, stats
 
 
@@ -226,7 +232,7 @@ class ValueNorm(nn.Module):
     def mean_var(self) -> tuple[Tensor, Tensor]:
         d = self.debias.clamp_min(self.epsilon)
         mean = self.mean / d
-        var = (self.mean_sq / d - mean ** 2).clamp_min(1e-2)
+        var = (self.mean_sq / d - mean**2).clamp_min(1e-2)
         return mean, var
 
     @torch.no_grad()
@@ -234,12 +240,12 @@ class ValueNorm(nn.Module):
         x = x.detach().to(torch.float64)
         w = self.beta
         self.mean.mul_(w).add_(x.mean() * (1 - w))
-        self.mean_sq.mul_(w).add_((x ** 2).mean() * (1 - w))
+        self.mean_sq.mul_(w).add_((x**2).mean() * (1 - w))
         self.debias.mul_(w).add_(1 - w)
 
     def normalize(self, x: Tensor) -> Tensor:
         mean, var = self.mean_var()
-        return ((x - mean.to(x.dtype)) / var.sqrt().to(x.dtype))
+        return (x - mean.to(x.dtype)) / var.sqrt().to(x.dtype)
 
     def denormalize(self, x: Tensor) -> Tensor:
         mean, var = self.mean_var()
@@ -248,6 +254,7 @@ class ValueNorm(nn.Module):
 
 # ----------------------------------------------------------------- networks --
 
+
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
@@ -255,8 +262,12 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -
 
 
 def mlp(inp: int, hidden: int, out: int | None = None, out_std: float = 1.0) -> nn.Sequential:
-    layers: list[nn.Module] = [layer_init(nn.Linear(inp, hidden)), nn.Tanh(),
-                               layer_init(nn.Linear(hidden, hidden)), nn.Tanh()]
+    layers: list[nn.Module] = [
+        layer_init(nn.Linear(inp, hidden)),
+        nn.Tanh(),
+        layer_init(nn.Linear(hidden, hidden)),
+        nn.Tanh(),
+    ]
     if out is not None:
         layers.append(layer_init(nn.Linear(hidden, out), out_std))
     return nn.Sequential(*layers)
@@ -273,9 +284,16 @@ class Actor(nn.Module):
     agent has its own encoder, GRU and head (the comm module is always one).
     """
 
-    def __init__(self, obs_sizes: list[int], action_sizes: list[int], hidden: int,
-                 comm: CommModule, share: bool = True, recurrent: bool = False,
-                 adjacency: Tensor | None = None):
+    def __init__(
+        self,
+        obs_sizes: list[int],
+        action_sizes: list[int],
+        hidden: int,
+        comm: CommModule,
+        share: bool = True,
+        recurrent: bool = False,
+        adjacency: Tensor | None = None,
+    ):
         super().__init__()
         self.obs_sizes, self.action_sizes = list(obs_sizes), list(action_sizes)
         self.n, self.hidden, self.share, self.recurrent = len(obs_sizes), hidden, share, recurrent
@@ -309,7 +327,7 @@ class Actor(nn.Module):
             x = torch.stack([enc(obs[:, i, : self.obs_sizes[i]]) for i, enc in enumerate(self.encoders)], 1)
         if not self.recurrent:
             return x, None
-        if first is not None:                      # reset the GRU at episode starts
+        if first is not None:  # reset the GRU at episode starts
             rnn = rnn * (~first).to(rnn.dtype).view(b, 1, 1)
         if self.share:
             h = self.grus[0](x.reshape(b * self.n, -1), rnn.reshape(b * self.n, -1)).view(b, self.n, -1)
@@ -317,16 +335,26 @@ class Actor(nn.Module):
             h = torch.stack([gru(x[:, i], rnn[:, i]) for i, gru in enumerate(self.grus)], 1)
         return h, h
 
-    def forward(self, obs: Tensor, rnn: Tensor | None = None, first: Tensor | None = None,
-                samples: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor | None, CommOutput]:
+    def forward(
+        self,
+        obs: Tensor,
+        rnn: Tensor | None = None,
+        first: Tensor | None = None,
+        samples: dict[str, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor | None, CommOutput]:
         h, rnn_new = self.encode(obs, rnn, first)
         adj = self.adjacency if self.adjacency.numel() else None
         co = self.comm(h, adj, samples)
         if self.share:
             logits = self.heads[0](co.h)
         else:
-            logits = torch.stack([F.pad(head(co.h[:, i]), (0, self.act_dim - self.action_sizes[i]))
-                                  for i, head in enumerate(self.heads)], 1)
+            logits = torch.stack(
+                [
+                    F.pad(head(co.h[:, i]), (0, self.act_dim - self.action_sizes[i]))
+                    for i, head in enumerate(self.heads)
+                ],
+                1,
+            )
         logits = logits.masked_fill(~self.action_mask, NEG_INF)
         return logits, rnn_new, co
 
@@ -356,28 +384,32 @@ class Critic(nn.Module):
 
 # ------------------------------------------------------------------ rollout --
 
+
 @dataclass
 class Rollout:
     """One batch of experience: ``[T, B, ...]`` tensors."""
 
-    obs: Tensor            # [T, B, N, D] padded local observations
-    critic_in: Tensor      # [T, B, N, C] critic inputs
-    first: Tensor          # [T, B] bool: obs[t] starts an episode (GRU reset)
-    actions: Tensor        # [T, B, N]
-    logp: Tensor           # [T, B, N] (incl. comm-action log-probs)
-    values: Tensor         # [T, B, N] normalised critic outputs
-    rewards: Tensor        # [T, B, N]
-    ended: Tensor          # [T, B] bool
-    next_values: Tensor    # [T, B, N] de-normalised bootstrap values
-    samples: dict[str, Tensor]   # comm draws, [T, B, ...]
-    rnn0: Tensor | None    # [B, N, H] GRU state before step 0
+    obs: Tensor  # [T, B, N, D] padded local observations
+    critic_in: Tensor  # [T, B, N, C] critic inputs
+    first: Tensor  # [T, B] bool: obs[t] starts an episode (GRU reset)
+    actions: Tensor  # [T, B, N]
+    logp: Tensor  # [T, B, N] (incl. comm-action log-probs)
+    values: Tensor  # [T, B, N] normalised critic outputs
+    rewards: Tensor  # [T, B, N]
+    ended: Tensor  # [T, B] bool
+    next_values: Tensor  # [T, B, N] de-normalised bootstrap values
+    samples: dict[str, Tensor]  # comm draws, [T, B, ...]
+    rnn0: Tensor | None  # [B, N, H] GRU state before step 0
 
 
 def sample_actions(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     """Categorical sample by the Gumbel-max trick, drawing from ``generator``."""
-    u = torch.rand(logits.shape, generator=generator,
-                   device=logits.device if generator is None else generator.device,
-                   dtype=logits.dtype).to(logits.device)
+    u = torch.rand(
+        logits.shape,
+        generator=generator,
+        device=logits.device if generator is None else generator.device,
+        dtype=logits.dtype,
+    ).to(logits.device)
     return (logits - torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))).argmax(-1)
 
 
@@ -402,8 +434,14 @@ class MAPPO:
         if env is None:
             from .envs import make_env
 
-            env = make_env(cfg.env, num_envs=cfg.num_envs, device=self.device, seed=cfg.seed,
-                           max_cycles=cfg.max_cycles, **cfg.env_kwargs)
+            env = make_env(
+                cfg.env,
+                num_envs=cfg.num_envs,
+                device=self.device,
+                seed=cfg.seed,
+                max_cycles=cfg.max_cycles,
+                **cfg.env_kwargs,
+            )
         self.env = env
         self.device = torch.device(env.device)
         self.agents = list(env.agents)
@@ -424,8 +462,15 @@ class MAPPO:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             comm = make_comm(cfg.comm, cfg.hidden_size, self.n, **cfg.comm_kwargs)
-            self.actor = Actor(obs_sizes, act_sizes, cfg.hidden_size, comm, share=cfg.share_actor,
-                               recurrent=cfg.recurrent, adjacency=adjacency)
+            self.actor = Actor(
+                obs_sizes,
+                act_sizes,
+                cfg.hidden_size,
+                comm,
+                share=cfg.share_actor,
+                recurrent=cfg.recurrent,
+                adjacency=adjacency,
+            )
             self.critic = Critic(self.critic_dim, self.n, cfg.critic_hidden_size, share=cfg.share_actor)
         self.actor.to(device=self.device, dtype=self.dtype)
         self.critic.to(device=self.device, dtype=self.dtype)
@@ -450,8 +495,9 @@ class MAPPO:
     # -------------------------------------------------------------- helpers --
     def _pad(self, obs: dict[str, Tensor]) -> Tensor:
         """``{agent: [B, d_i]}`` -> zero-padded ``[B, N, D]``."""
-        return torch.stack([F.pad(obs[a].to(self.dtype), (0, self.obs_dim - obs[a].shape[-1]))
-                            for a in self.agents], 1)
+        return torch.stack(
+            [F.pad(obs[a].to(self.dtype), (0, self.obs_dim - obs[a].shape[-1])) for a in self.agents], 1
+        )
 
     def _critic_input(self, obs_pad: Tensor, state: Tensor | None) -> Tensor:
         if self.centralised:
@@ -489,7 +535,7 @@ class MAPPO:
         val_buf = torch.zeros(T, B, N, device=dev, dtype=dt)
         rew_buf = torch.zeros(T, B, N, device=dev, dtype=dt)
         end_buf = torch.zeros(T, B, dtype=torch.bool, device=dev)
-        final_v = torch.zeros(T, B, N, device=dev, dtype=dt)     # bootstrap value after truncation
+        final_v = torch.zeros(T, B, N, device=dev, dtype=dt)  # bootstrap value after truncation
         samples: dict[str, list[Tensor]] = {}
         rnn0 = None if self._rnn is None else self._rnn.clone()
         returns, lengths, messages = [], [], 0.0
@@ -508,7 +554,8 @@ class MAPPO:
             messages += float(co.messages.float().mean())
 
             next_obs, rewards, terminated, truncated, info = self.env.step(
-                {a: actions[:, i] for i, a in enumerate(self.agents)})
+                {a: actions[:, i] for i, a in enumerate(self.agents)}
+            )
             r = torch.stack([rewards[a].to(dt) for a in self.agents], -1)
             ended = terminated | truncated
             if cfg.bootstrap_truncation and bool(truncated.any()):
@@ -535,19 +582,31 @@ class MAPPO:
         following = torch.cat([vals[1:], last_v.unsqueeze(0)], 0)
         next_values = torch.where(end_buf.unsqueeze(-1), final_v, following)
         self.env_steps += T * B
-        roll = Rollout(obs_buf, cin_buf, first_buf, act_buf, logp_buf, val_buf, rew_buf, end_buf,
-                       next_values, {k: torch.stack(v) for k, v in samples.items()}, rnn0)
+        roll = Rollout(
+            obs_buf,
+            cin_buf,
+            first_buf,
+            act_buf,
+            logp_buf,
+            val_buf,
+            rew_buf,
+            end_buf,
+            next_values,
+            {k: torch.stack(v) for k, v in samples.items()},
+            rnn0,
+        )
         ep = torch.cat(returns) if returns else None
-        stats = {"episodes": 0 if ep is None else int(ep.numel()),
-                 "mean_episode_return": None if ep is None else float(ep.mean()),
-                 "std_episode_return": None if ep is None else float(ep.std(unbiased=False)),
-                 "mean_episode_length": None if not lengths else float(torch.cat(lengths).float().mean()),
-                 "messages_per_step": messages / T}
+        stats = {
+            "episodes": 0 if ep is None else int(ep.numel()),
+            "mean_episode_return": None if ep is None else float(ep.mean()),
+            "std_episode_return": None if ep is None else float(ep.std(unbiased=False)),
+            "mean_episode_length": None if not lengths else float(torch.cat(lengths).float().mean()),
+            "messages_per_step": messages / T,
+        }
         return roll, stats
 
     # --------------------------------------------------------------- update --
-    def _evaluate_actions(self, roll: Rollout, idx: Tensor, recurrent: bool
-                          ) -> tuple[Tensor, Tensor, Tensor]:
+    def _evaluate_actions(self, roll: Rollout, idx: Tensor, recurrent: bool) -> tuple[Tensor, Tensor, Tensor]:
         """New log-probs, entropies and values for a minibatch (``idx`` into
         envs when recurrent, into flattened ``T * B`` otherwise)."""
         if recurrent:
@@ -581,8 +640,9 @@ class MAPPO:
         T, B = roll.rewards.shape[:2]
         vn = self.value_norm
         values = self._denorm(roll.values)
-        adv, returns = compute_gae(roll.rewards, values, roll.next_values, roll.ended,
-                                   cfg.gamma, cfg.gae_lambda)
+        adv, returns = compute_gae(
+            roll.rewards, values, roll.next_values, roll.ended, cfg.gamma, cfg.gae_lambda
+        )
         if cfg.value_norm:
             vn.update(returns)
             targets = vn.normalize(returns)
@@ -601,13 +661,19 @@ class MAPPO:
         mb_size = max(1, n_items // cfg.num_minibatches)
         pick = (lambda x, i: x[:, i]) if recurrent else (lambda x, i: x.flatten(0, 1)[i])
         self.actor.train()
-        acc: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0,
-                                 "approx_kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
+        acc: dict[str, float] = {
+            "policy_loss": 0.0,
+            "value_loss": 0.0,
+            "entropy": 0.0,
+            "approx_kl": 0.0,
+            "clipfrac": 0.0,
+            "grad_norm": 0.0,
+        }
         count = 0
         for _ in range(cfg.update_epochs):
             perm = torch.randperm(n_items, generator=self.gen, device=self.gen.device).to(self.device)
             for start in range(0, n_items, mb_size):
-                idx = perm[start:start + mb_size]
+                idx = perm[start : start + mb_size]
                 logp, ent, v = self._evaluate_actions(roll, idx, recurrent)
                 pl, st = ppo_policy_loss(logp, pick(roll.logp, idx), pick(adv, idx), cfg.clip_coef)
                 vl = ppo_value_loss(v, pick(roll.values, idx), pick(targets, idx), cfg.value_clip)
@@ -629,8 +695,9 @@ class MAPPO:
                 count += 1
         out = {k: v / max(count, 1) for k, v in acc.items()}
         var_y = returns.var()
-        out["explained_variance"] = float("nan") if var_y == 0 else \
-            float(1 - (returns - values).var() / var_y)
+        out["explained_variance"] = (
+            float("nan") if var_y == 0 else float(1 - (returns - values).var() / var_y)
+        )
         self.updates += 1
         return out
 
@@ -644,12 +711,19 @@ class MAPPO:
             t1 = time.perf_counter()
             losses = self.update(roll)
             t2 = time.perf_counter()
-            yield {"update": self.updates, "env_steps": self.env_steps, **stats, **losses,
-                   "sps": roll.rewards.shape[0] * roll.rewards.shape[1] / max(t2 - t0, 1e-9),
-                   "rollout_s": t1 - t0, "update_s": t2 - t1}
+            yield {
+                "update": self.updates,
+                "env_steps": self.env_steps,
+                **stats,
+                **losses,
+                "sps": roll.rewards.shape[0] * roll.rewards.shape[1] / max(t2 - t0, 1e-9),
+                "rollout_s": t1 - t0,
+                "update_s": t2 - t1,
+            }
 
-    def learn(self, num_updates: int | None = None,
-              callback: Callable[[dict], None] | None = None) -> list[dict]:
+    def learn(
+        self, num_updates: int | None = None, callback: Callable[[dict], None] | None = None
+    ) -> list[dict]:
         history = []
         for m in self.train_iter(num_updates):
             history.append(m)
@@ -659,8 +733,13 @@ class MAPPO:
 
     # ---------------------------------------------------------------- acting --
     @torch.no_grad()
-    def act(self, obs: dict[str, Tensor] | Tensor, rnn: Tensor | None = None, first: Tensor | None = None,
-            deterministic: bool = True) -> tuple[Tensor, Tensor | None, CommOutput]:
+    def act(
+        self,
+        obs: dict[str, Tensor] | Tensor,
+        rnn: Tensor | None = None,
+        first: Tensor | None = None,
+        deterministic: bool = True,
+    ) -> tuple[Tensor, Tensor | None, CommOutput]:
         """Actions ``[B, N]`` for observations (dict or padded ``[B, N, D]``).
         ``deterministic``: greedy actions and the comm module in eval mode
         (DIAL discretised, gates and graphs without noise)."""
@@ -675,11 +754,17 @@ class MAPPO:
         return a, rnn, co
 
     def state_dict(self) -> dict[str, Any]:
-        return {"config": self.config.model_dump(mode="json"), "updates": self.updates,
-                "env_steps": self.env_steps, "actor": self.actor.state_dict(),
-                "critic": self.critic.state_dict(), "value_norm": self.value_norm.state_dict(),
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "agents": self.agents}
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "updates": self.updates,
+            "env_steps": self.env_steps,
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "value_norm": self.value_norm.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "agents": self.agents,
+        }
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.actor.load_state_dict(sd["actor"])

@@ -81,13 +81,13 @@ __all__ = [
 class CommOutput:
     """What a communication module returns (see the module docstring)."""
 
-    h: Tensor                                  # [B, N, H] hidden states with messages integrated
-    messages: Tensor                           # [B] directed messages sent (all rounds)
-    edges: Tensor                              # [B, N, N] receiver-row graph of the last round
-    samples: dict[str, Tensor] = field(default_factory=dict)   # random draws, to replay
-    log_prob: Tensor | None = None             # [B, N] log-prob of discrete comm actions
-    entropy: Tensor | None = None              # [B, N] entropy of discrete comm actions
-    extras: dict[str, Any] = field(default_factory=dict)       # e.g. attention weights
+    h: Tensor  # [B, N, H] hidden states with messages integrated
+    messages: Tensor  # [B] directed messages sent (all rounds)
+    edges: Tensor  # [B, N, N] receiver-row graph of the last round
+    samples: dict[str, Tensor] = field(default_factory=dict)  # random draws, to replay
+    log_prob: Tensor | None = None  # [B, N] log-prob of discrete comm actions
+    entropy: Tensor | None = None  # [B, N] entropy of discrete comm actions
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. attention weights
 
 
 def full_adjacency(adj: Tensor | None, batch: int, n: int, device, dtype) -> Tensor:
@@ -101,8 +101,7 @@ def full_adjacency(adj: Tensor | None, batch: int, n: int, device, dtype) -> Ten
         if a.dim() == 2:
             a = a.expand(batch, n, n)
         if a.shape != (batch, n, n):
-            raise ValueError(f"adjacency of shape {tuple(adj.shape)} does not fit "
-                             f"{batch} envs x {n} agents")
+            raise ValueError(f"adjacency of shape {tuple(adj.shape)} does not fit {batch} envs x {n} agents")
         a = (a != 0).to(dtype) * (1.0 - eye)
     return a
 
@@ -115,8 +114,12 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
 
 
 def _gumbel(shape, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    u = torch.rand(shape, generator=generator, device=like.device if generator is None
-                   else generator.device, dtype=like.dtype).to(like.device)
+    u = torch.rand(
+        shape,
+        generator=generator,
+        device=like.device if generator is None else generator.device,
+        dtype=like.dtype,
+    ).to(like.device)
     return -torch.log(-torch.log(u.clamp(1e-10, 1.0 - 1e-7)))
 
 
@@ -138,12 +141,12 @@ class CommModule(nn.Module):
 
     def _randn(self, shape, like: Tensor) -> Tensor:
         g = self.generator
-        x = torch.randn(shape, generator=g, device=like.device if g is None else g.device,
-                        dtype=like.dtype)
+        x = torch.randn(shape, generator=g, device=like.device if g is None else g.device, dtype=like.dtype)
         return x.to(like.device)
 
 
 # --------------------------------------------------------------------- none --
+
 
 class NoComm(CommModule):
     """No communication: ``h' = h`` and zero messages (the baseline)."""
@@ -156,6 +159,7 @@ class NoComm(CommModule):
 
 
 # ------------------------------------------------------------------ CommNet --
+
 
 class CommNet(CommModule):
     """CommNet (Sukhbaatar et al., NeurIPS 2016, arXiv 1605.07736).
@@ -185,12 +189,13 @@ class CommNet(CommModule):
         a = full_adjacency(adj, b, n, h.device, h.dtype)
         deg = a.sum(-1, keepdim=True).clamp_min(1.0)
         for k in range(self.rounds):
-            c = torch.bmm(a, h) / deg                                   # mean over senders
+            c = torch.bmm(a, h) / deg  # mean over senders
             h = torch.tanh(self.H[k](h) + self.C[k](c))
         return CommOutput(h=h, messages=a.sum((1, 2)) * self.rounds, edges=a)
 
 
 # ------------------------------------------------------------------- TarMAC --
+
 
 class TarMAC(CommModule):
     """TarMAC (Das et al., ICML 2019, arXiv 1810.11187): targeted multi-round communication.
@@ -212,8 +217,15 @@ class TarMAC(CommModule):
 
     name = "tarmac"
 
-    def __init__(self, hidden_size: int, num_agents: int, rounds: int = 2, key_size: int = 16,
-                 value_size: int | None = None, self_attention: bool = True):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_agents: int,
+        rounds: int = 2,
+        key_size: int = 16,
+        value_size: int | None = None,
+        self_attention: bool = True,
+    ):
         super().__init__(hidden_size, num_agents)
         if rounds < 1:
             raise ValueError("tarmac: rounds must be >= 1")
@@ -232,17 +244,22 @@ class TarMAC(CommModule):
         attention, contexts = [], []
         for r in range(self.rounds):
             k, q, v = self.W_k[r](h), self.W_q[r](h), self.W_v[r](h)
-            scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.key_size)   # [B, N(recv), N(send)]
+            scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.key_size)  # [B, N(recv), N(send)]
             alpha = masked_softmax(scores, att_mask)
             c = torch.bmm(alpha, v)
             h = torch.tanh(self.W_h[r](h) + self.W_c[r](c))
             attention.append(alpha)
             contexts.append(c)
-        return CommOutput(h=h, messages=a.sum((1, 2)) * self.rounds, edges=a,
-                          extras={"attention": attention, "context": contexts})
+        return CommOutput(
+            h=h,
+            messages=a.sum((1, 2)) * self.rounds,
+            edges=a,
+            extras={"attention": attention, "context": contexts},
+        )
 
 
 # ------------------------------------------------------------------- IC3Net --
+
 
 class IC3Net(CommModule):
     """IC3Net (Singh, Jain & Sukhbaatar, ICLR 2019, arXiv 1812.09755): CommNet with a
@@ -279,30 +296,40 @@ class IC3Net(CommModule):
     def forward(self, h: Tensor, adj: Tensor | None = None, samples: dict | None = None) -> CommOutput:
         b, n = self._check(h)
         a = full_adjacency(adj, b, n, h.device, h.dtype)
-        logit = self.gate(h).squeeze(-1)                                   # [B, N]
+        logit = self.gate(h).squeeze(-1)  # [B, N]
         if samples is not None and "gate" in samples:
             g = samples["gate"].to(h.dtype)
         elif self.training:
-            u = torch.rand(logit.shape, generator=self.generator,
-                           device=h.device if self.generator is None else self.generator.device,
-                           dtype=h.dtype).to(h.device)
+            u = torch.rand(
+                logit.shape,
+                generator=self.generator,
+                device=h.device if self.generator is None else self.generator.device,
+                dtype=h.dtype,
+            ).to(h.device)
             g = (u < torch.sigmoid(logit).detach()).to(h.dtype)
         else:
             g = (logit > 0).to(h.dtype)
         log_prob = -F.binary_cross_entropy_with_logits(logit, g, reduction="none")
         p = torch.sigmoid(logit)
         entropy = F.binary_cross_entropy_with_logits(logit, p, reduction="none")
-        sent = a * g.unsqueeze(1)                                          # i receives from j iff j's gate is open
+        sent = a * g.unsqueeze(1)  # i receives from j iff j's gate is open
         deg = a.sum(-1, keepdim=True).clamp_min(1.0)
         for k in range(self.rounds):
             c = torch.bmm(sent, h) / deg
             h = torch.tanh(self.H[k](h) + self.C[k](c))
-        return CommOutput(h=h, messages=sent.sum((1, 2)) * self.rounds, edges=sent,
-                          samples={"gate": g.detach()}, log_prob=log_prob, entropy=entropy,
-                          extras={"gate_prob": p})
+        return CommOutput(
+            h=h,
+            messages=sent.sum((1, 2)) * self.rounds,
+            edges=sent,
+            samples={"gate": g.detach()},
+            log_prob=log_prob,
+            entropy=entropy,
+            extras={"gate_prob": p},
+        )
 
 
 # --------------------------------------------------------------------- DIAL --
+
 
 class DIAL(CommModule):
     """DIAL (Foerster, Assael, de Freitas & Whiteson, NeurIPS 2016, arXiv 1605.06676).
@@ -334,11 +361,12 @@ class DIAL(CommModule):
     def forward(self, h: Tensor, adj: Tensor | None = None, samples: dict | None = None) -> CommOutput:
         b, n = self._check(h)
         a = full_adjacency(adj, b, n, h.device, h.dtype)
-        m = self.W_m(h)                                                    # [B, N, M]
+        m = self.W_m(h)  # [B, N, M]
         out_samples: dict[str, Tensor] = {}
         if self.training:
-            noise = samples["noise"] if samples is not None and "noise" in samples \
-                else self._randn(m.shape, m)
+            noise = (
+                samples["noise"] if samples is not None and "noise" in samples else self._randn(m.shape, m)
+            )
             channel = torch.sigmoid(m + self.sigma * noise)
             out_samples["noise"] = noise.detach()
         else:
@@ -346,11 +374,13 @@ class DIAL(CommModule):
         # receiver i sees sender j's message in slot j iff adj[i, j]
         c = (a.unsqueeze(-1) * channel.unsqueeze(1)).reshape(b, n, n * self.message_size)
         h_new = torch.tanh(self.W_h(h) + self.W_c(c))
-        return CommOutput(h=h_new, messages=a.sum((1, 2)), edges=a, samples=out_samples,
-                          extras={"channel": channel})
+        return CommOutput(
+            h=h_new, messages=a.sum((1, 2)), edges=a, samples=out_samples, extras={"channel": channel}
+        )
 
 
 # ---------------------------------------------------------------------- GAT --
+
 
 class GATComm(CommModule):
     """Graph-attention message passing over an adjacency (MAGIC-style).
@@ -375,33 +405,50 @@ class GATComm(CommModule):
 
     name = "gat"
 
-    def __init__(self, hidden_size: int, num_agents: int, rounds: int = 2, heads: int = 2,
-                 scheduler: bool = False, tau: float = 1.0):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_agents: int,
+        rounds: int = 2,
+        heads: int = 2,
+        scheduler: bool = False,
+        tau: float = 1.0,
+    ):
         super().__init__(hidden_size, num_agents)
         if rounds < 1 or heads < 1 or hidden_size % heads:
             raise ValueError("gat: need rounds >= 1 and heads dividing hidden_size")
         self.rounds, self.heads, self.head_size, self.tau = rounds, heads, hidden_size // heads, tau
         self.W = nn.ModuleList(nn.Linear(hidden_size, hidden_size, bias=False) for _ in range(rounds))
-        self.a_src = nn.ParameterList(nn.Parameter(torch.randn(heads, self.head_size) * 0.1)
-                                      for _ in range(rounds))
-        self.a_dst = nn.ParameterList(nn.Parameter(torch.randn(heads, self.head_size) * 0.1)
-                                      for _ in range(rounds))
+        self.a_src = nn.ParameterList(
+            nn.Parameter(torch.randn(heads, self.head_size) * 0.1) for _ in range(rounds)
+        )
+        self.a_dst = nn.ParameterList(
+            nn.Parameter(torch.randn(heads, self.head_size) * 0.1) for _ in range(rounds)
+        )
         self.W_h = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(rounds))
         self.W_c = nn.ModuleList(nn.Linear(hidden_size, hidden_size, bias=False) for _ in range(rounds))
-        self.scheduler = (nn.Sequential(nn.Linear(2 * hidden_size, hidden_size // 2), nn.ReLU(),
-                                        nn.Linear(hidden_size // 2, 2)) if scheduler else None)
+        self.scheduler = (
+            nn.Sequential(
+                nn.Linear(2 * hidden_size, hidden_size // 2), nn.ReLU(), nn.Linear(hidden_size // 2, 2)
+            )
+            if scheduler
+            else None
+        )
 
     def _schedule(self, h: Tensor, a: Tensor, samples: dict | None, out: dict) -> Tensor:
         b, n, H = h.shape
         pair = torch.cat([h.unsqueeze(2).expand(b, n, n, H), h.unsqueeze(1).expand(b, n, n, H)], -1)
-        logits = self.scheduler(pair)                                      # [B, N(recv), N(send), 2]
+        logits = self.scheduler(pair)  # [B, N(recv), N(send), 2]
         if self.training:
-            gumbel = samples["gumbel"] if samples is not None and "gumbel" in samples \
+            gumbel = (
+                samples["gumbel"]
+                if samples is not None and "gumbel" in samples
                 else _gumbel(logits.shape, logits, self.generator)
+            )
             out["gumbel"] = gumbel.detach()
             y = torch.softmax((logits + gumbel) / self.tau, -1)
             hard = F.one_hot(y.argmax(-1), 2).to(y.dtype)
-            keep = (hard - y.detach() + y)[..., 1]                         # straight-through
+            keep = (hard - y.detach() + y)[..., 1]  # straight-through
         else:
             keep = (logits[..., 1] > logits[..., 0]).to(h.dtype)
         return a * keep
@@ -413,23 +460,29 @@ class GATComm(CommModule):
         if self.scheduler is not None:
             a = self._schedule(h, a, samples, out_samples)
         eye = torch.eye(n, device=h.device, dtype=h.dtype)
-        mask = ((a != 0).to(h.dtype) + eye).unsqueeze(1)                   # [B, 1, N, N] with self-loops
-        weight = (a + eye).unsqueeze(1)     # 1 on edges (carries the scheduler's straight-through grad)
+        mask = ((a != 0).to(h.dtype) + eye).unsqueeze(1)  # [B, 1, N, N] with self-loops
+        weight = (a + eye).unsqueeze(1)  # 1 on edges (carries the scheduler's straight-through grad)
         attention = []
         for r in range(self.rounds):
-            z = self.W[r](h).view(b, n, self.heads, self.head_size).transpose(1, 2)   # [B, h, N, d]
-            e_dst = (z * self.a_dst[r].view(1, self.heads, 1, -1)).sum(-1)          # receiver term
-            e_src = (z * self.a_src[r].view(1, self.heads, 1, -1)).sum(-1)          # sender term
-            e = F.leaky_relu(e_dst.unsqueeze(-1) + e_src.unsqueeze(-2), 0.2)        # [B, h, N, N]
+            z = self.W[r](h).view(b, n, self.heads, self.head_size).transpose(1, 2)  # [B, h, N, d]
+            e_dst = (z * self.a_dst[r].view(1, self.heads, 1, -1)).sum(-1)  # receiver term
+            e_src = (z * self.a_src[r].view(1, self.heads, 1, -1)).sum(-1)  # sender term
+            e = F.leaky_relu(e_dst.unsqueeze(-1) + e_src.unsqueeze(-2), 0.2)  # [B, h, N, N]
             alpha = masked_softmax(e, mask) * weight
             c = torch.matmul(alpha, z).transpose(1, 2).reshape(b, n, self.hidden_size)
             h = torch.tanh(self.W_h[r](h) + self.W_c[r](F.elu(c)))
             attention.append(alpha)
-        return CommOutput(h=h, messages=(a != 0).to(h.dtype).sum((1, 2)) * self.rounds, edges=a,
-                          samples=out_samples, extras={"attention": attention})
+        return CommOutput(
+            h=h,
+            messages=(a != 0).to(h.dtype).sum((1, 2)) * self.rounds,
+            edges=a,
+            samples=out_samples,
+            extras={"attention": attention},
+        )
 
 
 # --------------------------------------------------------------- CommFormer --
+
 
 class CommFormer(CommModule):
     """CommFormer (Hu, Shen, Zhang & Tao, ICLR 2024, arXiv 2405.08550): learning the
@@ -460,8 +513,15 @@ class CommFormer(CommModule):
 
     name = "commformer"
 
-    def __init__(self, hidden_size: int, num_agents: int, k: int = 1, rounds: int = 2,
-                 key_size: int = 16, tau: float = 1.0):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_agents: int,
+        k: int = 1,
+        rounds: int = 2,
+        key_size: int = 16,
+        tau: float = 1.0,
+    ):
         super().__init__(hidden_size, num_agents)
         if not 1 <= k <= max(num_agents - 1, 1):
             raise ValueError(f"commformer: k must be in [1, {max(num_agents - 1, 1)}], got {k}")
@@ -483,8 +543,11 @@ class CommFormer(CommModule):
             return self.alpha.new_zeros(batch, 1, 1)
         logits = self.alpha.expand(batch, n, n)
         if self.training:
-            g = samples["gumbel"] if samples is not None and "gumbel" in samples \
+            g = (
+                samples["gumbel"]
+                if samples is not None and "gumbel" in samples
                 else _gumbel((batch, n, n), self.alpha, self.generator)
+            )
             if out is not None:
                 out["gumbel"] = g.detach()
             s = (logits + g).masked_fill(eye, float("-inf"))
@@ -511,8 +574,13 @@ class CommFormer(CommModule):
             h = torch.tanh(self.W_h[r](h) + self.W_c[r](torch.bmm(w, v)))
             attention.append(w)
         hard = (A.detach() != 0).to(h.dtype)
-        return CommOutput(h=h, messages=hard.sum((1, 2)) * self.rounds, edges=hard,
-                          samples=out_samples, extras={"attention": attention})
+        return CommOutput(
+            h=h,
+            messages=hard.sum((1, 2)) * self.rounds,
+            edges=hard,
+            samples=out_samples,
+            extras={"attention": attention},
+        )
 
 
 # ----------------------------------------------------------------- registry --
@@ -540,12 +608,17 @@ def check_comm_kwargs(name: str, kwargs: dict[str, Any]) -> type[CommModule]:
         cls = COMM_MODULES[name]
     except KeyError:
         raise ValueError(f"unknown comm module {name!r}; known: {', '.join(COMM_MODULES)}") from None
-    accepted = [p for p in inspect.signature(cls.__init__).parameters
-                if p not in ("self", "hidden_size", "num_agents")]
+    accepted = [
+        p
+        for p in inspect.signature(cls.__init__).parameters
+        if p not in ("self", "hidden_size", "num_agents")
+    ]
     bad = sorted(set(kwargs) - set(accepted))
     if bad:
-        raise ValueError(f"comm module {name!r}: unknown comm_kwargs {', '.join(bad)} "
-                         f"(accepted: {', '.join(accepted) or 'none'})")
+        raise ValueError(
+            f"comm module {name!r}: unknown comm_kwargs {', '.join(bad)} "
+            f"(accepted: {', '.join(accepted) or 'none'})"
+        )
     return cls
 
 

@@ -25,8 +25,9 @@ def _plt():
     return plt
 
 
-def aggregate_seeds(runs: Sequence[Sequence[tuple[float, float]]], points: int = 200
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aggregate_seeds(
+    runs: Sequence[Sequence[tuple[float, float]]], points: int = 200
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and std over seeds of curves ``[(x, y), ...]`` (x increasing), each
     linearly interpolated onto a common grid over the x range that all runs
     cover. Returns ``(x, mean, std)``; points with a missing y are skipped."""
@@ -47,9 +48,15 @@ def aggregate_seeds(runs: Sequence[Sequence[tuple[float, float]]], points: int =
     return xs, ys.mean(0), ys.std(0)
 
 
-def plot_curves(curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], path: str | Path, *,
-                title: str = "", xlabel: str = "env steps", ylabel: str = "mean episode return",
-                reference: Mapping[str, float] | None = None) -> Path:
+def plot_curves(
+    curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]],
+    path: str | Path,
+    *,
+    title: str = "",
+    xlabel: str = "env steps",
+    ylabel: str = "mean episode return",
+    reference: Mapping[str, float] | None = None,
+) -> Path:
     """Write one PNG with a line per label: ``curves[label]`` is a list of runs
     (one per seed), each ``[(env_steps, value), ...]``; the line is the mean
     over seeds and the band +/- one std. ``reference`` draws labelled
@@ -63,13 +70,14 @@ def plot_curves(curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]], p
         if not len(xs):
             continue
         n = sum(1 for r in runs if len(r))
-        line, = ax.plot(xs, mean, linewidth=1.5, label=f"{label} ({mean[-1]:.2f}, n={n})")
+        (line,) = ax.plot(xs, mean, linewidth=1.5, label=f"{label} ({mean[-1]:.2f}, n={n})")
         if n > 1:
             ax.fill_between(xs, mean - std, mean + std, color=line.get_color(), alpha=0.18, linewidth=0)
     for label, y in (reference or {}).items():
         ax.axhline(y, color="grey", linestyle="--", linewidth=1.0)
-        ax.annotate(label, (ax.get_xlim()[0], y), fontsize=7, color="grey",
-                    xytext=(4, 3), textcoords="offset points")
+        ax.annotate(
+            label, (ax.get_xlim()[0], y), fontsize=7, color="grey", xytext=(4, 3), textcoords="offset points"
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
@@ -93,8 +101,13 @@ def plot_learning_curve(metrics: Sequence[Mapping], path: str | Path, *, title: 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     if rows:
         xs = [m["env_steps"] for m in rows]
-        ax.plot(xs, [m["mean_episode_return"] for m in rows], color="C0", linewidth=1.5,
-                label="mean episode return")
+        ax.plot(
+            xs,
+            [m["mean_episode_return"] for m in rows],
+            color="C0",
+            linewidth=1.5,
+            label="mean episode return",
+        )
         ax.set_ylabel("mean episode return", color="C0")
         msgs = [m.get("messages_per_step", 0.0) or 0.0 for m in rows]
         if any(msgs):

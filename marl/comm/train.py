@@ -55,11 +55,11 @@ class TrainResult:
     seed: int
     env_steps: int
     updates: int
-    final_return: float | None          # mean episode return over the last updates (training policy)
-    eval_return_mean: float | None      # greedy evaluation
+    final_return: float | None  # mean episode return over the last updates (training policy)
+    eval_return_mean: float | None  # greedy evaluation
     eval_return_std: float | None
     eval_episodes: int
-    messages_per_step: float            # mean over the last updates
+    messages_per_step: float  # mean over the last updates
     wall_s: float
     sps: float
     files: dict[str, str] = field(default_factory=dict)
@@ -92,8 +92,9 @@ def save_checkpoint(algo: MAPPO, path: str | Path) -> Path:
     return path
 
 
-def load_policy(path: str | Path, *, num_envs: int | None = None, device: str | None = None,
-                env=None) -> MAPPO:
+def load_policy(
+    path: str | Path, *, num_envs: int | None = None, device: str | None = None, env=None
+) -> MAPPO:
     """A :class:`MAPPO` rebuilt from a checkpoint file or a run directory holding ``model.pt``."""
     path = Path(path)
     if path.is_dir():
@@ -113,8 +114,15 @@ def load_policy(path: str | Path, *, num_envs: int | None = None, device: str | 
 
 
 @torch.no_grad()
-def evaluate(policy: MAPPO | str | Path, episodes: int = 100, *, seed: int = 12345,
-             deterministic: bool = True, env=None, max_envs: int = 1024) -> dict[str, Any]:
+def evaluate(
+    policy: MAPPO | str | Path,
+    episodes: int = 100,
+    *,
+    seed: int = 12345,
+    deterministic: bool = True,
+    env=None,
+    max_envs: int = 1024,
+) -> dict[str, Any]:
     """Run ``policy`` (a trainer, a checkpoint or a run directory) for ``episodes``
     episodes on a fresh env (``seed``), greedily by default, and return
     ``{"mean", "std", "episodes", "messages_per_step"}`` (return = mean over
@@ -124,8 +132,14 @@ def evaluate(policy: MAPPO | str | Path, episodes: int = 100, *, seed: int = 123
     if env is None:
         from .envs import make_env
 
-        env = make_env(cfg.env, num_envs=min(episodes, max_envs), device=algo.device, seed=seed,
-                       max_cycles=cfg.max_cycles, **cfg.env_kwargs)
+        env = make_env(
+            cfg.env,
+            num_envs=min(episodes, max_envs),
+            device=algo.device,
+            seed=seed,
+            max_cycles=cfg.max_cycles,
+            **cfg.env_kwargs,
+        )
     B, n = env.num_envs, len(algo.agents)
     obs = env.reset(seed=seed)
     rnn = algo.actor.initial_state(B, algo.device, algo.dtype)
@@ -138,7 +152,8 @@ def evaluate(policy: MAPPO | str | Path, episodes: int = 100, *, seed: int = 123
         actions, rnn, co = algo.act(obs, rnn, first, deterministic=deterministic)
         msgs += float(co.messages.float().mean())
         obs, rewards, terminated, truncated, _ = env.step(
-            {a: actions[:, i] for i, a in enumerate(algo.agents)})
+            {a: actions[:, i] for i, a in enumerate(algo.agents)}
+        )
         ep_ret += torch.stack([rewards[a].to(algo.dtype) for a in algo.agents], -1)
         first = terminated | truncated
         if bool(first.any()):
@@ -147,9 +162,12 @@ def evaluate(policy: MAPPO | str | Path, episodes: int = 100, *, seed: int = 123
             ep_ret[first] = 0.0
         steps += 1
     r = torch.cat(returns)[:episodes] if returns else torch.zeros(0)
-    return {"mean": float(r.mean()) if r.numel() else None,
-            "std": float(r.std(unbiased=False)) if r.numel() else None,
-            "episodes": int(r.numel()), "messages_per_step": msgs / max(steps, 1)}
+    return {
+        "mean": float(r.mean()) if r.numel() else None,
+        "std": float(r.std(unbiased=False)) if r.numel() else None,
+        "episodes": int(r.numel()),
+        "messages_per_step": msgs / max(steps, 1),
+    }
 
 
 def _fmt(x: float | None, nd: int = 2) -> str:
@@ -157,20 +175,30 @@ def _fmt(x: float | None, nd: int = 2) -> str:
 
 
 def _summary(cfg: MAPPOConfig, res: TrainResult, history: list[dict]) -> str:
-    first = next((m["mean_episode_return"] for m in history if m.get("mean_episode_return") is not None), None)
+    first = next(
+        (m["mean_episode_return"] for m in history if m.get("mean_episode_return") is not None), None
+    )
     lines = [
         f"# {cfg.algo.upper()} + {cfg.comm} on {cfg.env} (seed {cfg.seed})",
         "",
-        (f"- env steps: {res.env_steps:,} in {res.updates} updates "
-         f"({cfg.num_envs} envs x {cfg.rollout_steps} steps), {res.wall_s:.1f} s, {res.sps:,.0f} steps/s"),
-        (f"- mean episode return, first update: {_fmt(first)}; last updates (training policy): "
-         f"{_fmt(res.final_return)}"),
-        (f"- greedy evaluation over {res.eval_episodes} episodes: "
-         f"{_fmt(res.eval_return_mean)} ± {_fmt(res.eval_return_std)}"),
+        (
+            f"- env steps: {res.env_steps:,} in {res.updates} updates "
+            f"({cfg.num_envs} envs x {cfg.rollout_steps} steps), {res.wall_s:.1f} s, {res.sps:,.0f} steps/s"
+        ),
+        (
+            f"- mean episode return, first update: {_fmt(first)}; last updates (training policy): "
+            f"{_fmt(res.final_return)}"
+        ),
+        (
+            f"- greedy evaluation over {res.eval_episodes} episodes: "
+            f"{_fmt(res.eval_return_mean)} ± {_fmt(res.eval_return_std)}"
+        ),
         f"- messages per step: {res.messages_per_step:.2f}",
-        (f"- actor: {'shared' if cfg.share_actor else 'per-agent'}, "
-         f"{'GRU' if cfg.recurrent else 'feed-forward'}, hidden {cfg.hidden_size}; critic: "
-         f"{'centralised on env.state()' if cfg.algo == 'mappo' else 'local observations'}"),
+        (
+            f"- actor: {'shared' if cfg.share_actor else 'per-agent'}, "
+            f"{'GRU' if cfg.recurrent else 'feed-forward'}, hidden {cfg.hidden_size}; critic: "
+            f"{'centralised on env.state()' if cfg.algo == 'mappo' else 'local observations'}"
+        ),
         f"- comm kwargs: {json.dumps(cfg.comm_kwargs) if cfg.comm_kwargs else 'defaults'}",
         "",
         "Files: `config.yaml`, `metrics.jsonl`, `model.pt`, `learning_curve.png`, `eval.json`.",
@@ -179,9 +207,16 @@ def _summary(cfg: MAPPOConfig, res: TrainResult, history: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def train_comm(config: MAPPOConfig | dict[str, Any], out_dir: str | Path, progress: bool = True, *,
-               env=None, eval_episodes: int = 100, checkpoint_every: int = 10,
-               final_window: int = 5) -> TrainResult:
+def train_comm(
+    config: MAPPOConfig | dict[str, Any],
+    out_dir: str | Path,
+    progress: bool = True,
+    *,
+    env=None,
+    eval_episodes: int = 100,
+    checkpoint_every: int = 10,
+    final_window: int = 5,
+) -> TrainResult:
     """Train ``config`` and write the run directory ``out_dir`` (see the module
     docstring). ``env`` overrides the env built from the config (tests);
     ``eval_episodes=0`` skips the greedy evaluation. ``final_return`` is the
@@ -196,8 +231,14 @@ def train_comm(config: MAPPOConfig | dict[str, Any], out_dir: str | Path, progre
     algo = MAPPO(cfg, env=env)
     history: list[dict] = []
     n_updates = cfg.num_updates
-    logger.info("training %s+%s on %s: %d updates of %d env steps", cfg.algo, cfg.comm, cfg.env,
-                n_updates, cfg.steps_per_update)
+    logger.info(
+        "training %s+%s on %s: %d updates of %d env steps",
+        cfg.algo,
+        cfg.comm,
+        cfg.env,
+        n_updates,
+        cfg.steps_per_update,
+    )
     with open(out / "metrics.jsonl", "w") as mf, progress_bar(progress, field="info") as bar:
         task = bar.add_task(f"{cfg.algo}+{cfg.comm}", total=n_updates, info="")
         for m in algo.train_iter(n_updates):
@@ -207,34 +248,58 @@ def train_comm(config: MAPPOConfig | dict[str, Any], out_dir: str | Path, progre
             mf.flush()
             if checkpoint_every and m["update"] % checkpoint_every == 0:
                 save_checkpoint(algo, out / "model.pt")
-            bar.update(task, advance=1, info=f"return {_fmt(m['mean_episode_return'])} "
-                                             f"msgs {m['messages_per_step']:.1f}")
+            bar.update(
+                task,
+                advance=1,
+                info=f"return {_fmt(m['mean_episode_return'])} msgs {m['messages_per_step']:.1f}",
+            )
     save_checkpoint(algo, out / "model.pt")
     wall = time.perf_counter() - t0
 
     tail = history[-final_window:]
     rets = [m["mean_episode_return"] for m in tail if m["mean_episode_return"] is not None]
     if eval_episodes > 0:
-        ev = evaluate(algo, eval_episodes, seed=cfg.seed + 10_007,
-                      env=None if env is None else _fresh_like(env))
+        ev = evaluate(
+            algo, eval_episodes, seed=cfg.seed + 10_007, env=None if env is None else _fresh_like(env)
+        )
     else:
         ev = {"mean": None, "std": None, "episodes": 0, "messages_per_step": None}
     _atomic_write_text(out / "eval.json", json.dumps(ev, indent=2))
 
     from .plots import plot_learning_curve
 
-    plot_learning_curve(history, out / "learning_curve.png",
-                        title=f"{cfg.algo.upper()} + {cfg.comm} on {cfg.env} (seed {cfg.seed})")
+    plot_learning_curve(
+        history,
+        out / "learning_curve.png",
+        title=f"{cfg.algo.upper()} + {cfg.comm} on {cfg.env} (seed {cfg.seed})",
+    )
     res = TrainResult(
-        out_dir=str(out), env=cfg.env, algo=cfg.algo, comm=cfg.comm, seed=cfg.seed,
-        env_steps=algo.env_steps, updates=algo.updates,
+        out_dir=str(out),
+        env=cfg.env,
+        algo=cfg.algo,
+        comm=cfg.comm,
+        seed=cfg.seed,
+        env_steps=algo.env_steps,
+        updates=algo.updates,
         final_return=sum(rets) / len(rets) if rets else None,
-        eval_return_mean=ev["mean"], eval_return_std=ev["std"], eval_episodes=ev["episodes"],
+        eval_return_mean=ev["mean"],
+        eval_return_std=ev["std"],
+        eval_episodes=ev["episodes"],
         messages_per_step=sum(m["messages_per_step"] for m in tail) / max(len(tail), 1),
-        wall_s=wall, sps=algo.env_steps / max(wall, 1e-9),
-        files={k: str(out / f) for k, f in (("config", "config.yaml"), ("metrics", "metrics.jsonl"),
-                                            ("checkpoint", "model.pt"), ("plot", "learning_curve.png"),
-                                            ("eval", "eval.json"), ("summary", "summary.md"))})
+        wall_s=wall,
+        sps=algo.env_steps / max(wall, 1e-9),
+        files={
+            k: str(out / f)
+            for k, f in (
+                ("config", "config.yaml"),
+                ("metrics", "metrics.jsonl"),
+                ("checkpoint", "model.pt"),
+                ("plot", "learning_curve.png"),
+                ("eval", "eval.json"),
+                ("summary", "summary.md"),
+            )
+        },
+    )
     _atomic_write_text(out / "summary.md", _summary(cfg, res, history))
     logger.info("done: %s", res.to_dict())
     return res
@@ -246,11 +311,22 @@ def _fresh_like(env):
     return env.clone() if hasattr(env, "clone") else env
 
 
-def run_cli_training(*, env: str, algo: str, comm: str, steps: int, seed: int, out: str | Path,
-                     num_envs: int | None = None, device: str = "auto",
-                     comm_kwargs: dict[str, Any] | None = None, recurrent: bool = False,
-                     eval_episodes: int = 100, progress: bool = True,
-                     config_overrides: dict[str, Any] | None = None) -> TrainResult:
+def run_cli_training(
+    *,
+    env: str,
+    algo: str,
+    comm: str,
+    steps: int,
+    seed: int,
+    out: str | Path,
+    num_envs: int | None = None,
+    device: str = "auto",
+    comm_kwargs: dict[str, Any] | None = None,
+    recurrent: bool = False,
+    eval_episodes: int = 100,
+    progress: bool = True,
+    config_overrides: dict[str, Any] | None = None,
+) -> TrainResult:
     """The function behind ``python -m societas.marl train comm``: validates the names
     (``ValueError`` naming the bad value and the known ones) and trains."""
     from .envs import ENVS
@@ -264,16 +340,31 @@ def run_cli_training(*, env: str, algo: str, comm: str, steps: int, seed: int, o
     if comm not in COMM_MODULES:
         raise ValueError(f"unknown comm {comm!r}; known: {', '.join(COMM_MODULES)}")
     fields: dict[str, Any] = dict(config_overrides or {})
-    fields.update(env=env, algo=algo, comm=comm, total_steps=steps, seed=seed, device=device,
-                  comm_kwargs=comm_kwargs or {}, recurrent=recurrent)
+    fields.update(
+        env=env,
+        algo=algo,
+        comm=comm,
+        total_steps=steps,
+        seed=seed,
+        device=device,
+        comm_kwargs=comm_kwargs or {},
+        recurrent=recurrent,
+    )
     if num_envs is not None:
         fields["num_envs"] = num_envs
     cfg = MAPPOConfig.model_validate(fields)
     return train_comm(cfg, out, progress=progress, eval_episodes=eval_episodes)
 
 
-def benchmark_train_throughput(num_envs: int, device: str = "auto", seconds: float = 2.0, *,
-                               backend: str = "torch", comm: str = "tarmac", seed: int = 0) -> float:
+def benchmark_train_throughput(
+    num_envs: int,
+    device: str = "auto",
+    seconds: float = 2.0,
+    *,
+    backend: str = "torch",
+    comm: str = "tarmac",
+    seed: int = 0,
+) -> float:
     """Env steps per second of whole MAPPO+``comm`` updates (rollout + PPO
     update) on speaker-listener with ``num_envs`` envs, over at least
     ``seconds`` after one warm-up update. ``backend="torch"``: the batched
@@ -287,13 +378,17 @@ def benchmark_train_throughput(num_envs: int, device: str = "auto", seconds: flo
 
         from .envs import PettingZooBatchedEnv
 
-        env = PettingZooBatchedEnv(lambda: simple_speaker_listener_v4.parallel_env(max_cycles=cfg.max_cycles),
-                                   num_envs=num_envs, device=device, seed=seed)
+        env = PettingZooBatchedEnv(
+            lambda: simple_speaker_listener_v4.parallel_env(max_cycles=cfg.max_cycles),
+            num_envs=num_envs,
+            device=device,
+            seed=seed,
+        )
     elif backend != "torch":
         raise ValueError(f"unknown backend {backend!r}; known: torch, mpe2")
     algo = MAPPO(cfg, env=env)
     it = algo.train_iter(10**9)
-    next(it)                                    # warm-up: allocations, first rollout
+    next(it)  # warm-up: allocations, first rollout
     start_steps, t0 = algo.env_steps, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         next(it)

@@ -37,6 +37,7 @@ from .cfr import Algorithm, HookContext, batch_param, regret_matching
 
 # ------------------------------------------------------------ shared hooks --
 
+
 class SumRegret:
     """``R_t = R_{t-1} + r_t``."""
 
@@ -91,6 +92,7 @@ class WeightedAverage:
 
 # --------------------------------------------------------------- variants --
 
+
 def CFR() -> Algorithm:
     return Algorithm("cfr", SumRegret, RegretMatching, lambda: WeightedAverage(0.0))
 
@@ -100,8 +102,9 @@ def CFRPlus() -> Algorithm:
 
 
 def DCFR(alpha: Any = 1.5, beta: Any = 0.0, gamma: Any = 2.0, name: str = "dcfr") -> Algorithm:
-    return Algorithm(name, lambda: DiscountedRegret(alpha, beta), RegretMatching,
-                     lambda: WeightedAverage(gamma))
+    return Algorithm(
+        name, lambda: DiscountedRegret(alpha, beta), RegretMatching, lambda: WeightedAverage(gamma)
+    )
 
 
 def LCFR() -> Algorithm:
@@ -138,6 +141,7 @@ def algorithm_names() -> list[str]:
 # VAD-CFR. Appended below the classic variants; registered at the bottom.
 # ============================================================================
 
+
 def _t(ctx: HookContext, ref: torch.Tensor) -> torch.Tensor:
     """``ctx.iteration`` (1-indexed ``t``) as a scalar tensor like ``ref``."""
     return torch.as_tensor(float(ctx.iteration), dtype=ref.dtype, device=ref.device)
@@ -172,7 +176,7 @@ class DiscountedAverage:
 
     def update(self, cum_policy, policy, reach, cf_reach, ctx: HookContext):
         w = reach.unsqueeze(-1) * policy
-        if ctx.iteration <= 1:          # S_1 = x_1 sigma_1 (as Xu et al.'s code)
+        if ctx.iteration <= 1:  # S_1 = x_1 sigma_1 (as Xu et al.'s code)
             return w
         g = self.gamma(ctx.iteration - 1) if callable(self.gamma) else self.gamma
         t = _t(ctx, w)
@@ -181,7 +185,7 @@ class DiscountedAverage:
 
 def _discount(t: torch.Tensor, expo: torch.Tensor) -> torch.Tensor:
     """``t^e / (t^e + 1)`` (0 at ``t = 0`` for ``e > 0``)."""
-    te = t ** expo
+    te = t**expo
     return te / (te + 1)
 
 
@@ -225,8 +229,7 @@ def PCFRPlus(gamma: Any = 2.0, name: str = "pcfr+") -> Algorithm:
       ``pcfr_plus.py``; implemented in the equivalent discounted form
       ``S_t = S_{t-1} ((t-1)/t)^gamma + x_t sigma_t``).
     """
-    return Algorithm(name, PlusRegret, PredictiveRegretMatching,
-                     lambda: DiscountedAverage(gamma))
+    return Algorithm(name, PlusRegret, PredictiveRegretMatching, lambda: DiscountedAverage(gamma))
 
 
 def DPCFRPlus(alpha: Any = 2.3, gamma: Any = 5.0, name: str = "dpcfr+") -> Algorithm:
@@ -239,13 +242,17 @@ def DPCFRPlus(alpha: Any = 2.3, gamma: Any = 5.0, name: str = "dpcfr+") -> Algor
     * ``sigma_{t+1} ∝ [R_t d(t+1) + r_t]^+`` (prediction ``m_{t+1} = r_t``);
     * ``S_t = S_{t-1} ((t-1)/t)^gamma + x_t(I) sigma_t`` (weights ∝ ``t^gamma``).
     """
-    return Algorithm(name, lambda: DiscountedPlusRegret(alpha),
-                     lambda: DiscountedPredictiveRegretMatching(alpha),
-                     lambda: DiscountedAverage(gamma))
+    return Algorithm(
+        name,
+        lambda: DiscountedPlusRegret(alpha),
+        lambda: DiscountedPredictiveRegretMatching(alpha),
+        lambda: DiscountedAverage(gamma),
+    )
 
 
-def HSPCFRPlus(total_iterations: Any = 1000, gamma_start: Any = 30.0, gamma_drop: Any = 5.0,
-               name: str = "hs-pcfr+") -> Algorithm:
+def HSPCFRPlus(
+    total_iterations: Any = 1000, gamma_start: Any = 30.0, gamma_drop: Any = 5.0, name: str = "hs-pcfr+"
+) -> Algorithm:
     """HS-PCFR+(30) (Zhang, McAleer & Sandholm, "Faster Game Solving via
     Hyperparameter Schedules", arXiv 2404.09097): PCFR+ regrets and policy
     (see :func:`PCFRPlus`) with the averaging exponent on a schedule,
@@ -260,17 +267,18 @@ def HSPCFRPlus(total_iterations: Any = 1000, gamma_start: Any = 30.0, gamma_drop
     Only ``gamma`` is scheduled: "gamma is the only adjustable hyperparameter
     in PCFR+" (op. cit., §3.2).
     """
+
     def schedule(s: int):
         g0 = torch.as_tensor(gamma_start, dtype=torch.float64)
         dg = torch.as_tensor(gamma_drop, dtype=torch.float64)
         T = torch.as_tensor(total_iterations, dtype=torch.float64)
         return g0 - dg * float(s) / T
 
-    return Algorithm(name, PlusRegret, PredictiveRegretMatching,
-                     lambda: DiscountedAverage(schedule))
+    return Algorithm(name, PlusRegret, PredictiveRegretMatching, lambda: DiscountedAverage(schedule))
 
 
 # ---------------------------------------------------------------- VAD-CFR --
+
 
 def _linf(inst_regret: torch.Tensor) -> torch.Tensor:
     """``[B, 1, 1]``: ``max |r|`` over all information sets and actions of the
@@ -301,7 +309,7 @@ class _VADVolatility:
         p, ref = self.p, inst_regret
         m = _linf(inst_regret)
         lam = batch_param(p["ewma_decay_factor"], ref)
-        if ctx.iteration <= 1 or self.ewma is None:      # iteration_number == 0
+        if ctx.iteration <= 1 or self.ewma is None:  # iteration_number == 0
             e = m
         else:
             e = lam * m + (1 - lam) * self.ewma
@@ -362,7 +370,8 @@ class VADPolicy:
         _, v, d_pos, d_neg = self.vol.step(ctx.inst_regret, ctx)
         n = torch.as_tensor(float(ctx.iteration - 1), dtype=ref.dtype, device=ref.device)
         base = batch_param(p["initial_optimism_factor"], ref) / (
-            1.0 + n / batch_param(p["optimism_decay_factor"], ref))
+            1.0 + n / batch_param(p["optimism_decay_factor"], ref)
+        )
         damp = (1.0 - batch_param(p["volatility_sensitivity"], ref) * v).clamp(min=0.0)
         boost = batch_param(p["instantaneous_regret_boost_factor"], ref)
         proj = _vad_project(cum_regret, ctx.inst_regret, d_pos, d_neg, boost, base * damp)
@@ -391,29 +400,40 @@ class VADAverage:
         active = (ctx.iteration - 1) >= warm
         if not bool(torch.as_tensor(active).any()):
             return cum_policy
-        m = ctx.inst_regret.abs().amax(-1, keepdim=True)     # [B, I_p, 1]
+        m = ctx.inst_regret.abs().amax(-1, keepdim=True)  # [B, I_p, 1]
         mx = batch_param(p["max_expected_instantaneous_regret"], ref)
         safe = torch.where(mx > 0, mx, torch.ones_like(mx))
         v = torch.where(mx > 0, (m / safe).clamp(max=1.0), torch.zeros_like(m))
         gamma = torch.minimum(
             batch_param(p["gamma_max"], ref) * torch.ones_like(v),
-            batch_param(p["base_gamma"], ref) + batch_param(p["gamma_volatility_sensitivity"], ref) * v)
+            batch_param(p["base_gamma"], ref) + batch_param(p["gamma_volatility_sensitivity"], ref) * v,
+        )
         w_time = _t(ctx, ref) ** gamma
         w_stab = 1.0 / (1.0 + m ** batch_param(p["stability_exponent"], ref))
-        w_mag = ((1.0 + m / mx) ** batch_param(p["regret_magnitude_weighting_exponent"], ref)
-                 ).clamp(min=0.1)
+        w_mag = ((1.0 + m / mx) ** batch_param(p["regret_magnitude_weighting_exponent"], ref)).clamp(min=0.1)
         w = w_time * w_stab * w_mag
         return torch.where(active, cum_policy + w * reach.unsqueeze(-1) * policy, cum_policy)
 
 
-def VADCFR(base_alpha: Any = 1.5, base_beta: Any = -0.1, volatility_sensitivity: Any = 0.5,
-           max_expected_instantaneous_regret: Any = 2.0,
-           instantaneous_regret_boost_factor: Any = 1.1, ewma_decay_factor: Any = 0.1,
-           negative_regret_cap: Any = -20.0, initial_optimism_factor: Any = 1.0,
-           optimism_decay_factor: Any = 100.0, positive_policy_exponent: Any = 1.5,
-           base_gamma: Any = 2.0, gamma_max: Any = 4.0, gamma_volatility_sensitivity: Any = 1.5,
-           warmup_iterations: Any = 500, stability_exponent: Any = 1.5,
-           regret_magnitude_weighting_exponent: Any = 0.5, name: str = "vad-cfr") -> Algorithm:
+def VADCFR(
+    base_alpha: Any = 1.5,
+    base_beta: Any = -0.1,
+    volatility_sensitivity: Any = 0.5,
+    max_expected_instantaneous_regret: Any = 2.0,
+    instantaneous_regret_boost_factor: Any = 1.1,
+    ewma_decay_factor: Any = 0.1,
+    negative_regret_cap: Any = -20.0,
+    initial_optimism_factor: Any = 1.0,
+    optimism_decay_factor: Any = 100.0,
+    positive_policy_exponent: Any = 1.5,
+    base_gamma: Any = 2.0,
+    gamma_max: Any = 4.0,
+    gamma_volatility_sensitivity: Any = 1.5,
+    warmup_iterations: Any = 500,
+    stability_exponent: Any = 1.5,
+    regret_magnitude_weighting_exponent: Any = 0.5,
+    name: str = "vad-cfr",
+) -> Algorithm:
     """VAD-CFR, Volatility-Adaptive Discounted CFR (Li, Schultz, Hennes &
     Lanctot, "Discovering Multiagent Learning Algorithms with Large Language
     Models", arXiv 2602.16928v1, Listing 5), every constant as published.
@@ -468,23 +488,32 @@ def VADCFR(base_alpha: Any = 1.5, base_beta: Any = -0.1, volatility_sensitivity:
     tests and short runs average earlier; with the default 500 a run of at
     most 500 iterations has an empty average, which normalises to uniform.
     """
-    p = dict(base_alpha=base_alpha, base_beta=base_beta,
-             volatility_sensitivity=volatility_sensitivity,
-             max_expected_instantaneous_regret=max_expected_instantaneous_regret,
-             instantaneous_regret_boost_factor=instantaneous_regret_boost_factor,
-             ewma_decay_factor=ewma_decay_factor, negative_regret_cap=negative_regret_cap,
-             initial_optimism_factor=initial_optimism_factor,
-             optimism_decay_factor=optimism_decay_factor,
-             positive_policy_exponent=positive_policy_exponent, base_gamma=base_gamma,
-             gamma_max=gamma_max, gamma_volatility_sensitivity=gamma_volatility_sensitivity,
-             warmup_iterations=warmup_iterations, stability_exponent=stability_exponent,
-             regret_magnitude_weighting_exponent=regret_magnitude_weighting_exponent)
+    p = dict(
+        base_alpha=base_alpha,
+        base_beta=base_beta,
+        volatility_sensitivity=volatility_sensitivity,
+        max_expected_instantaneous_regret=max_expected_instantaneous_regret,
+        instantaneous_regret_boost_factor=instantaneous_regret_boost_factor,
+        ewma_decay_factor=ewma_decay_factor,
+        negative_regret_cap=negative_regret_cap,
+        initial_optimism_factor=initial_optimism_factor,
+        optimism_decay_factor=optimism_decay_factor,
+        positive_policy_exponent=positive_policy_exponent,
+        base_gamma=base_gamma,
+        gamma_max=gamma_max,
+        gamma_volatility_sensitivity=gamma_volatility_sensitivity,
+        warmup_iterations=warmup_iterations,
+        stability_exponent=stability_exponent,
+        regret_magnitude_weighting_exponent=regret_magnitude_weighting_exponent,
+    )
     return Algorithm(name, lambda: VADRegret(p), lambda: VADPolicy(p), lambda: VADAverage(p))
 
 
-ALGORITHMS.update({
-    "pcfr+": PCFRPlus,
-    "dpcfr+": DPCFRPlus,
-    "hs-pcfr+": HSPCFRPlus,
-    "vad-cfr": VADCFR,
-})
+ALGORITHMS.update(
+    {
+        "pcfr+": PCFRPlus,
+        "dpcfr+": DPCFRPlus,
+        "hs-pcfr+": HSPCFRPlus,
+        "vad-cfr": VADCFR,
+    }
+)

@@ -45,26 +45,34 @@ class HookContext:
 
     player: int
     iteration: int
-    legal: torch.Tensor         # [I_p, A] bool
-    num_actions: torch.Tensor   # [I_p]
-    inst_regret: torch.Tensor   # [B, I_p, A] this iteration's instantaneous regrets
+    legal: torch.Tensor  # [I_p, A] bool
+    num_actions: torch.Tensor  # [I_p]
+    inst_regret: torch.Tensor  # [B, I_p, A] this iteration's instantaneous regrets
     batch: int
     shared: dict = field(default_factory=dict)
 
 
 class RegretHook(Protocol):
-    def update(self, cum_regret: torch.Tensor, inst_regret: torch.Tensor,
-               ctx: HookContext) -> torch.Tensor: ...
+    def update(
+        self, cum_regret: torch.Tensor, inst_regret: torch.Tensor, ctx: HookContext
+    ) -> torch.Tensor: ...
 
 
 class PolicyHook(Protocol):
-    def update(self, cum_regret: torch.Tensor, prev_policy: torch.Tensor,
-               ctx: HookContext) -> torch.Tensor: ...
+    def update(
+        self, cum_regret: torch.Tensor, prev_policy: torch.Tensor, ctx: HookContext
+    ) -> torch.Tensor: ...
 
 
 class AverageHook(Protocol):
-    def update(self, cum_policy: torch.Tensor, policy: torch.Tensor, reach: torch.Tensor,
-               cf_reach: torch.Tensor, ctx: HookContext) -> torch.Tensor: ...
+    def update(
+        self,
+        cum_policy: torch.Tensor,
+        policy: torch.Tensor,
+        reach: torch.Tensor,
+        cf_reach: torch.Tensor,
+        ctx: HookContext,
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -92,8 +100,10 @@ def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
     if t.dim() == 0:
         return t
     if t.dim() != 1 or t.shape[0] != ref.shape[0]:
-        raise ValueError(f"a per-variant parameter needs one value per variant "
-                         f"(B={ref.shape[0]}), got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"a per-variant parameter needs one value per variant "
+            f"(B={ref.shape[0]}), got shape {tuple(t.shape)}"
+        )
     return t.view(-1, *([1] * (ref.dim() - 1)))
 
 
@@ -122,6 +132,7 @@ def regret_matching(cum_regret: torch.Tensor, legal: torch.Tensor) -> torch.Tens
 
 # ----------------------------------------------------------------- solver ----
 
+
 @dataclass
 class PlayerState:
     cum_regret: torch.Tensor
@@ -140,9 +151,15 @@ class CFRSolver:
     of variants, which the hooks tell apart through per-variant parameters.
     """
 
-    def __init__(self, game: GameTree | str, algorithm: Algorithm | str = "cfr", *,
-                 batch: int = 1, alternating: bool | None = None,
-                 device: str | torch.device = "auto"):
+    def __init__(
+        self,
+        game: GameTree | str,
+        algorithm: Algorithm | str = "cfr",
+        *,
+        batch: int = 1,
+        alternating: bool | None = None,
+        device: str | torch.device = "auto",
+    ):
         from .algorithms import get_algorithm
 
         self.tree = load_game(game, device) if isinstance(game, str) else game
@@ -154,17 +171,23 @@ class CFRSolver:
         self.batch = batch
         self.iteration = 0
         tree = self.tree
-        self.policy = tree.uniform_policy(batch)              # current policy [B, I, A]
+        self.policy = tree.uniform_policy(batch)  # current policy [B, I, A]
         self.players: list[PlayerState] = []
         for p in range(tree.num_players):
             sl = tree.infoset_slices[p]
             shape = (batch, sl.stop - sl.start, tree.max_actions)
             zeros = torch.zeros(shape, dtype=tree.dtype, device=tree.device)
-            self.players.append(PlayerState(
-                cum_regret=zeros.clone(), cum_policy=zeros.clone(),
-                regret=self.algorithm.regret(), policy_hook=self.algorithm.policy(),
-                average=self.algorithm.average(), shared={}))
-        self._table = tree.prob_table(self.policy)            # [R, B], kept in sync
+            self.players.append(
+                PlayerState(
+                    cum_regret=zeros.clone(),
+                    cum_policy=zeros.clone(),
+                    regret=self.algorithm.regret(),
+                    policy_hook=self.algorithm.policy(),
+                    average=self.algorithm.average(),
+                    shared={},
+                )
+            )
+        self._table = tree.prob_table(self.policy)  # [R, B], kept in sync
         self._workspace()
         self._plan = [self._make_plan(p) for p in range(tree.num_players)]
 
@@ -187,15 +210,15 @@ class CFRSolver:
         R = tree.table_rows
         wide = B >= 4
 
-        def rows(idx, k):   # row idx of a node-major tensor with k values per row
+        def rows(idx, k):  # row idx of a node-major tensor with k values per row
             if wide:
                 return idx
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
 
-        def flat(idx, k):   # always 1-D: CPU index_add_ on rows goes through a slow scatter
+        def flat(idx, k):  # always 1-D: CPU index_add_ on rows goes through a slow scatter
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
 
-        def shaped(buf, n, k):   # a buffer viewed as n rows of k values
+        def shaped(buf, n, k):  # a buffer viewed as n rows of k values
             return buf[: n * k].view(n, k) if wide else buf[: n * k]
 
         edges = tree.player_edges[p]
@@ -213,10 +236,8 @@ class CFRSolver:
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
             n = hi - lo
-            forward.append((rows(lp, 2 * B), shaped(tmp, n, 2 * B), r[lo:hi],
-                            tmp[: n * 2 * B].view(n, 2, B)))
-            backward.append((flat(lp, B), v[lo:hi], pe[lo:hi], tmp[: n * B].view(n, B),
-                             tmp[: n * B]))
+            forward.append((rows(lp, 2 * B), shaped(tmp, n, 2 * B), r[lo:hi], tmp[: n * 2 * B].view(n, 2, B)))
+            backward.append((flat(lp, B), v[lo:hi], pe[lo:hi], tmp[: n * B].view(n, B), tmp[: n * B]))
         backward.reverse()
         if wide:
             cf_src, cf_idx = r[:, 1], par
@@ -233,7 +254,7 @@ class CFRSolver:
             edge=rows(tree.edge_src, B),
             forward=forward,
             backward=backward,
-            util_b=tree.node_utility[:, p:p + 1].expand(H, B).reshape(-1).clone(),
+            util_b=tree.node_utility[:, p : p + 1].expand(H, B).reshape(-1).clone(),
             cf=(cf_src, cf_idx),
             v_edges=rows(edges, B),
             v_par=rows(par, B),
@@ -245,7 +266,7 @@ class CFRSolver:
             legal=tree.legal_mask[sl],
             num_actions=tree.num_actions[sl],
             policy_view=self.policy[:, sl],
-            table_view=table[sl.start * A: sl.stop * A],
+            table_view=table[sl.start * A : sl.stop * A],
             rows_total=R,
         )
 
@@ -260,10 +281,15 @@ class CFRSolver:
             kw = dict(dtype=tree.dtype, device=tree.device)
             widest = max((hi - lo for lo, hi in tree.level_bounds), default=1)
             most_edges = max((e.numel() for e in tree.player_edges), default=1)
-            ws = dict(r=torch.empty(H * 2 * B, **kw), pe=torch.empty(H * B, **kw),
-                      v=torch.empty(H * B, **kw), tmp=torch.empty(widest * 2 * B, **kw),
-                      g1=torch.empty(most_edges * B, **kw), g2=torch.empty(most_edges * B, **kw),
-                      g3=torch.empty(most_edges * B, **kw))
+            ws = dict(
+                r=torch.empty(H * 2 * B, **kw),
+                pe=torch.empty(H * B, **kw),
+                v=torch.empty(H * B, **kw),
+                tmp=torch.empty(widest * 2 * B, **kw),
+                g1=torch.empty(most_edges * B, **kw),
+                g2=torch.empty(most_edges * B, **kw),
+                g3=torch.empty(most_edges * B, **kw),
+            )
             self._ws = ws
         return ws
 
@@ -305,15 +331,21 @@ class CFRSolver:
         sums = torch.zeros(n_is * 2 * B, dtype=dt, device=dv)
         sums.index_add_(0, plan["sums"], torch.index_select(r_rows, 0, plan["r_nodes"]).reshape(-1))
         inst = inst.view(n_is * A, B).T.reshape(B, n_is, A)
-        sums = sums.view(n_is, 2, B).permute(1, 2, 0)          # [2, B, I_p]
+        sums = sums.view(n_is, 2, B).permute(1, 2, 0)  # [2, B, I_p]
         return inst, sums[0], sums[1]
 
     def _apply(self, p: int, inst, reach, cf_reach, old_policy):
         plan = self._plan[p]
         st = self.players[p]
-        ctx = HookContext(player=p, iteration=self.iteration, legal=plan["legal"],
-                          num_actions=plan["num_actions"], inst_regret=inst,
-                          batch=self.batch, shared=st.shared)
+        ctx = HookContext(
+            player=p,
+            iteration=self.iteration,
+            legal=plan["legal"],
+            num_actions=plan["num_actions"],
+            inst_regret=inst,
+            batch=self.batch,
+            shared=st.shared,
+        )
         st.cum_policy = st.average.update(st.cum_policy, old_policy, reach, cf_reach, ctx)
         st.cum_regret = st.regret.update(st.cum_regret, inst, ctx)
         new_pol = st.policy_hook.update(st.cum_regret, old_policy, ctx) * ctx.legal
@@ -350,15 +382,21 @@ class CFRSolver:
         pol = self.average_policy() if which == "average" else self.current_policy()
         return evaluate(self.tree, pol)
 
-    def run(self, iterations: int, *, eval_every: int | None = None,
-            eval_at: list[int] | None = None,
-            callback: Callable[[int, Exploitability], None] | None = None) -> "SolveResult":
+    def run(
+        self,
+        iterations: int,
+        *,
+        eval_every: int | None = None,
+        eval_at: list[int] | None = None,
+        callback: Callable[[int, Exploitability], None] | None = None,
+    ) -> "SolveResult":
         """Run ``iterations`` more iterations; evaluate the average policy at the
         listed iterations (or every ``eval_every``) and at the end."""
         checkpoints = set(eval_at or [])
         if eval_every:
-            checkpoints |= set(range(self.iteration + eval_every, self.iteration + iterations + 1,
-                                     eval_every))
+            checkpoints |= set(
+                range(self.iteration + eval_every, self.iteration + iterations + 1, eval_every)
+            )
         end = self.iteration + iterations
         checkpoints.add(end)
         curve: list[tuple[int, list[float]]] = []
@@ -374,11 +412,16 @@ class CFRSolver:
                 if callback is not None:
                     callback(self.iteration, ev)
         ev = self.evaluate()
-        return SolveResult(game=self.tree.game, algorithm=self.algorithm.name,
-                           iterations=self.iteration, nash_conv=ev.nash_conv.tolist(),
-                           exploitability=ev.exploitability.tolist(), curve=curve,
-                           solve_seconds=solve_time,
-                           wall_seconds=time.perf_counter() - t0)
+        return SolveResult(
+            game=self.tree.game,
+            algorithm=self.algorithm.name,
+            iterations=self.iteration,
+            nash_conv=ev.nash_conv.tolist(),
+            exploitability=ev.exploitability.tolist(),
+            curve=curve,
+            solve_seconds=solve_time,
+            wall_seconds=time.perf_counter() - t0,
+        )
 
 
 @dataclass
@@ -393,9 +436,16 @@ class SolveResult:
     wall_seconds: float
 
 
-def solve(game: str | GameTree, algorithm: Algorithm | str = "cfr", iterations: int = 1000,
-          *, device: str | torch.device = "auto", batch: int = 1,
-          alternating: bool | None = None, eval_every: int | None = None) -> SolveResult:
+def solve(
+    game: str | GameTree,
+    algorithm: Algorithm | str = "cfr",
+    iterations: int = 1000,
+    *,
+    device: str | torch.device = "auto",
+    batch: int = 1,
+    alternating: bool | None = None,
+    eval_every: int | None = None,
+) -> SolveResult:
     """Run ``algorithm`` for ``iterations`` on ``game`` and evaluate it exactly."""
     solver = CFRSolver(game, algorithm, batch=batch, alternating=alternating, device=device)
     return solver.run(iterations, eval_every=eval_every)

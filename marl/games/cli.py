@@ -36,13 +36,18 @@ from .suites import HELD_OUT_GAMES, PAPER_GAMES, TRAINING_GAMES  # noqa: E402
 
 # Options of the ``table`` command that take several values after one flag.
 MULTI_VALUE_OPTIONS = ("--games", "--algos")
-EVAL_CHUNK = 4   # policies evaluated together (bounds memory on the large trees)
+EVAL_CHUNK = 4  # policies evaluated together (bounds memory on the large trees)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Solve OpenSpiel games exactly with the CFR family.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Solve OpenSpiel games exactly with the CFR family.",
+)
 
 
 # ---------------------------------------------------------------- helpers --
+
 
 def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
@@ -62,7 +67,7 @@ def expand_multi_args(argv: list[str], options: tuple[str, ...] = MULTI_VALUE_OP
             while j < len(argv) and not argv[j].startswith("-"):
                 values.append(argv[j])
                 j += 1
-            if not values:          # let click report the missing value
+            if not values:  # let click report the missing value
                 out.append(tok)
             for v in values:
                 out += [tok, v]
@@ -79,8 +84,9 @@ def game_slug(game: str) -> str:
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _console(quiet: bool = False):
@@ -145,6 +151,7 @@ def _quiet_fd2():
             finally:
                 os.dup2(saved, 2)
                 os.close(saved)
+
     return cm()
 
 
@@ -196,8 +203,9 @@ def _load(game: str, device: str, console, show_status: bool = True):
     return tree, time.perf_counter() - t0
 
 
-def drive(solvers: list, iterations: int, checkpoints: set[int], advance=None
-          ) -> tuple[list[list[tuple[int, float, float]]], list[float]]:
+def drive(
+    solvers: list, iterations: int, checkpoints: set[int], advance=None
+) -> tuple[list[list[tuple[int, float, float]]], list[float]]:
     """Step ``solvers`` (all on one tree) together for ``iterations``; at each
     checkpoint evaluate their average policies in one batched pass.
 
@@ -221,7 +229,7 @@ def drive(solvers: list, iterations: int, checkpoints: set[int], advance=None
                 advance(1)
         if t in checkpoints:
             for lo in range(0, len(solvers), EVAL_CHUNK):
-                group = solvers[lo:lo + EVAL_CHUNK]
+                group = solvers[lo : lo + EVAL_CHUNK]
                 pol = torch.cat([s.average_policy() for s in group], 0)
                 ev = evaluate(tree, pol)
                 for j, s in enumerate(group):
@@ -231,15 +239,19 @@ def drive(solvers: list, iterations: int, checkpoints: set[int], advance=None
 
 # ---------------------------------------------------------------- commands --
 
+
 @app.command()
 def solve(
     game: str = typer.Option(..., "--game", help="OpenSpiel game string, e.g. 'leduc_poker(players=3)'"),
     algo: str = typer.Option("cfr", "--algo", help="algorithm name (see `algos`)"),
     iterations: int = typer.Option(1000, "--iterations", "-n", help="number of iterations"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write a log-log PNG of exploitability vs iterations"),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="write a log-log PNG of exploitability vs iterations"
+    ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto"),
-    alternating: Optional[bool] = typer.Option(None, "--alternating/--simultaneous",
-                                               help="update schedule (default: the algorithm's own)"),
+    alternating: Optional[bool] = typer.Option(
+        None, "--alternating/--simultaneous", help="update schedule (default: the algorithm's own)"
+    ),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="also evaluate every K iterations"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -269,14 +281,14 @@ def solve(
         checkpoints |= set(log_checkpoints(iterations))
     with progress_bar(console=console) as prog:
         task = prog.add_task(_short(f"{algo_name} on {tree.game}"), total=iterations)
-        curves, secs = drive([solver], iterations, checkpoints,
-                             advance=lambda k: prog.advance(task, k))
+        curves, secs = drive([solver], iterations, checkpoints, advance=lambda k: prog.advance(task, k))
     curve = curves[0]
     _, expl, nc = curve[-1]
     plotted = None
     if plot is not None:
-        plotted = str(plot_curves({algo_name: [(t, e) for t, e, _ in curve]}, plot,
-                                  title=f"{tree.game}: {algo_name}"))
+        plotted = str(
+            plot_curves({algo_name: [(t, e) for t, e, _ in curve]}, plot, title=f"{tree.game}: {algo_name}")
+        )
     wall = time.perf_counter() - t_start
     payload: dict[str, Any] = {
         "game": tree.game,
@@ -298,17 +310,21 @@ def solve(
     if as_json:
         typer.echo(json.dumps(payload))
         return
-    typer.echo(f"{tree.game}: {tree.num_players} players, {tree.num_nodes:,} histories, "
-               f"{tree.num_infosets:,} infosets (loaded in {load_s:.2f} s, {tree.device})")
+    typer.echo(
+        f"{tree.game}: {tree.num_players} players, {tree.num_nodes:,} histories, "
+        f"{tree.num_infosets:,} infosets (loaded in {load_s:.2f} s, {tree.device})"
+    )
     if len(curve) > 1:
         typer.echo(f"{'iteration':>10}  {'exploitability':>14}")
         for t, e, _ in curve:
             typer.echo(f"{t:>10}  {e:>14.6e}")
     sched = "alternating" if solver.algorithm.alternating else "simultaneous"
-    typer.echo(f"{algo_name} ({sched}), {iterations} iterations: exploitability {expl:.6e}, "
-               f"NashConv {nc:.6e}")
-    typer.echo(f"{iterations / max(secs[0], 1e-12):.1f} iterations/s "
-               f"(solve {secs[0]:.2f} s, total {wall:.2f} s)")
+    typer.echo(
+        f"{algo_name} ({sched}), {iterations} iterations: exploitability {expl:.6e}, NashConv {nc:.6e}"
+    )
+    typer.echo(
+        f"{iterations / max(secs[0], 1e-12):.1f} iterations/s (solve {secs[0]:.2f} s, total {wall:.2f} s)"
+    )
     if plotted:
         typer.echo(f"plot: {plotted}")
 
@@ -318,8 +334,12 @@ def psro(
     game: str = typer.Option(..., "--game", help="OpenSpiel game string"),
     iterations: int = typer.Option(20, "--iterations", "-n", help="PSRO iterations"),
     train: str = typer.Option("uniform", "--train", help="training meta-solver (see `meta-solvers`)"),
-    eval_solver: Optional[str] = typer.Option(None, "--eval", help="evaluation meta-solver (default: --train)"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write a log-log PNG of exploitability vs iterations"),
+    eval_solver: Optional[str] = typer.Option(
+        None, "--eval", help="evaluation meta-solver (default: --train)"
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="write a log-log PNG of exploitability vs iterations"
+    ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
@@ -346,14 +366,22 @@ def psro(
     plotted = None
     if plot is not None:
         pts = [(k, e) for k, e in enumerate(res.exploitability) if k > 0]
-        plotted = str(plot_curves({f"{res.train_solver}/{res.eval_solver}": pts}, plot,
-                                  title=f"{tree.game}: PSRO"))
+        plotted = str(
+            plot_curves({f"{res.train_solver}/{res.eval_solver}": pts}, plot, title=f"{tree.game}: PSRO")
+        )
     payload = {
-        "game": tree.game, "train_solver": res.train_solver, "eval_solver": res.eval_solver,
-        "iterations": iterations, "exploitability": res.exploitability[-1],
-        "nash_conv": res.nash_conv[-1], "curve": res.exploitability,
-        "population_sizes": res.population_sizes[-1], "wall_seconds": res.wall_time,
-        "load_seconds": load_s, "device": str(tree.device), "plot": plotted,
+        "game": tree.game,
+        "train_solver": res.train_solver,
+        "eval_solver": res.eval_solver,
+        "iterations": iterations,
+        "exploitability": res.exploitability[-1],
+        "nash_conv": res.nash_conv[-1],
+        "curve": res.exploitability,
+        "population_sizes": res.population_sizes[-1],
+        "wall_seconds": res.wall_time,
+        "load_seconds": load_s,
+        "device": str(tree.device),
+        "plot": plotted,
     }
     if as_json:
         typer.echo(json.dumps(payload))
@@ -387,11 +415,17 @@ def _fmt(x: Optional[float]) -> str:
 
 def write_table_md(path: Path, iterations: int, device: str, rows: list[dict], algos: list[str]) -> None:
     """``table.md``: exploitability after ``iterations``, game x algorithm, best per game in bold."""
-    lines = [f"# Exploitability after {iterations} iterations", "",
-             ("Exploitability = NashConv / N of the average policy, computed exactly "
-              f"(device {device}). Best per game in bold."), "",
-             "| set | game | " + " | ".join(algos) + " |",
-             "|---|---|" + "---|" * len(algos)]
+    lines = [
+        f"# Exploitability after {iterations} iterations",
+        "",
+        (
+            "Exploitability = NashConv / N of the average policy, computed exactly "
+            f"(device {device}). Best per game in bold."
+        ),
+        "",
+        "| set | game | " + " | ".join(algos) + " |",
+        "|---|---|" + "---|" * len(algos),
+    ]
     for row in rows:
         vals = {a: row["results"].get(a, {}).get("exploitability") for a in algos}
         finite = [v for v in vals.values() if v is not None]
@@ -410,7 +444,9 @@ def write_table_md(path: Path, iterations: int, device: str, rows: list[dict], a
 @app.command()
 def table(
     iterations: int = typer.Option(1000, "--iterations", "-n", help="iterations per algorithm"),
-    games: Optional[list[str]] = typer.Option(None, "--games", help="game strings (default: the paper's eight)"),
+    games: Optional[list[str]] = typer.Option(
+        None, "--games", help="game strings (default: the paper's eight)"
+    ),
     algos: Optional[list[str]] = typer.Option(None, "--algos", help="algorithms (default: all built-in)"),
     out: Path = typer.Option(Path("runs/games_table"), "--out", help="output folder"),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto"),
@@ -451,13 +487,11 @@ def table(
     with progress_bar(console=console) as prog:
         overall = prog.add_task("all games", total=len(game_list) * len(algo_list) * iterations)
         for g in game_list:
-            loading = prog.add_task(f"{_short(g)}: loading (a first build takes minutes)",
-                                    total=None)
+            loading = prog.add_task(f"{_short(g)}: loading (a first build takes minutes)", total=None)
             tree, load_s = _load(g, device, console, show_status=False)
             prog.remove_task(loading)
             dev_name = str(tree.device)
-            gset = ("training" if g in TRAINING_GAMES else
-                    "held-out" if g in HELD_OUT_GAMES else "other")
+            gset = "training" if g in TRAINING_GAMES else "held-out" if g in HELD_OUT_GAMES else "other"
             solvers, names = [], []
             for a in algo_list:
                 try:
@@ -499,27 +533,56 @@ def table(
                     "curve": [[t, e] for t, e, _ in c],
                 }
             png = out / f"curves_{game_slug(g)}.png"
-            plot_curves({a: r["curve"] for a, r in results.items()}, png,
-                        title=f"{g} ({gset})")
+            plot_curves({a: r["curve"] for a, r in results.items()}, png, title=f"{g} ({gset})")
             files.append(str(png))
-            rows.append({"game": g, "set": gset, "players": tree.num_players,
-                         "histories": tree.num_nodes, "infosets": tree.num_infosets,
-                         "load_seconds": load_s, "plot": str(png), "results": results})
+            rows.append(
+                {
+                    "game": g,
+                    "set": gset,
+                    "players": tree.num_players,
+                    "histories": tree.num_nodes,
+                    "infosets": tree.num_infosets,
+                    "load_seconds": load_s,
+                    "plot": str(png),
+                    "results": results,
+                }
+            )
             # Written after every game, so a long run leaves partial results.
             write_table_md(out / "table.md", iterations, dev_name, rows, algo_list)
-            (out / "table.json").write_text(json.dumps(
-                {"iterations": iterations, "device": dev_name, "algorithms": algo_list,
-                 "games": rows, "errors": errors}, indent=1))
+            (out / "table.json").write_text(
+                json.dumps(
+                    {
+                        "iterations": iterations,
+                        "device": dev_name,
+                        "algorithms": algo_list,
+                        "games": rows,
+                        "errors": errors,
+                    },
+                    indent=1,
+                )
+            )
             del solvers
     files = [str(out / "table.md"), str(out / "table.json")] + files
     expl = {r["game"]: {a: v["exploitability"] for a, v in r["results"].items()} for r in rows}
     best = {g: (min(v, key=v.get) if v else None) for g, v in expl.items()}
     wall = time.perf_counter() - t_start
     if as_json:
-        typer.echo(json.dumps({"iterations": iterations, "device": dev_name, "algorithms": algo_list,
-                               "games": game_list, "exploitability": expl, "best": best,
-                               "out": str(out), "files": files, "errors": errors,
-                               "wall_seconds": wall}))
+        typer.echo(
+            json.dumps(
+                {
+                    "iterations": iterations,
+                    "device": dev_name,
+                    "algorithms": algo_list,
+                    "games": game_list,
+                    "exploitability": expl,
+                    "best": best,
+                    "out": str(out),
+                    "files": files,
+                    "errors": errors,
+                    "wall_seconds": wall,
+                }
+            )
+        )
     else:
         typer.echo((out / "table.md").read_text())
         typer.echo(f"wrote {', '.join(files)} in {wall:.1f} s")
@@ -531,4 +594,3 @@ def table(
 
 def main() -> None:
     app(args=expand_multi_args(sys.argv[1:]), prog_name="python -m societas.marl.games")
-

@@ -27,6 +27,7 @@ from .tree import GameTree
 # Internally every per-node quantity is node-major, ``[H, ...]`` with the batch
 # last, so that a tree level is one contiguous block of rows.
 
+
 def edge_probabilities(tree: GameTree, table: torch.Tensor) -> torch.Tensor:
     """``[H, B]``: the probability of the edge into every node (1 at the root),
     from a probability table ``[R, B]`` (see :meth:`GameTree.prob_table`)."""
@@ -73,7 +74,7 @@ def node_values(tree: GameTree, pe: torch.Tensor, players: list[int] | None = No
 def player_values(tree: GameTree, pe: torch.Tensor, player: int) -> torch.Tensor:
     """``[H, B]``: ``player``'s expected utility from every node on."""
     B = pe.shape[1]
-    v = tree.node_utility[:, player:player + 1].expand(-1, B).clone(memory_format=torch.contiguous_format)
+    v = tree.node_utility[:, player : player + 1].expand(-1, B).clone(memory_format=torch.contiguous_format)
     for d in range(len(tree.level_bounds) - 1, 0, -1):
         lo, hi = tree.level_bounds[d]
         tree.add_rows(v, tree.level_parent[d], v[lo:hi] * pe[lo:hi])
@@ -89,8 +90,8 @@ def policy_value(tree: GameTree, policy: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class BestResponse:
-    value: torch.Tensor    # [B]: the best responder's value against the others
-    policy: torch.Tensor   # [B, I_p, A]: a pure best response on the player's infosets
+    value: torch.Tensor  # [B]: the best responder's value against the others
+    policy: torch.Tensor  # [B, I_p, A]: a pure best response on the player's infosets
 
 
 class _BRIndex:
@@ -100,7 +101,7 @@ class _BRIndex:
         sl = tree.infoset_slices[player]
         self.slice = sl
         par = tree.parent
-        edges = tree.player_edges[player]          # children of player's decisions
+        edges = tree.player_edges[player]  # children of player's decisions
         edge_depth = tree.depth[edges]
         iset_depth = tree.infoset_depth[sl]
         self.level_edges = []
@@ -121,8 +122,9 @@ def _br_index(tree: GameTree, player: int) -> _BRIndex:
     return idx
 
 
-def best_response(tree: GameTree, policy: torch.Tensor, player: int,
-                  force_multipass: bool = False) -> BestResponse:
+def best_response(
+    tree: GameTree, policy: torch.Tensor, player: int, force_multipass: bool = False
+) -> BestResponse:
     """Exact best response of ``player`` to the other players' parts of ``policy``."""
     policy = tree.check_policy(policy)
     table = tree.prob_table(policy)
@@ -145,14 +147,13 @@ def _argmax_onehot(tree: GameTree, q: torch.Tensor, isets: torch.Tensor) -> torc
     return torch.zeros_like(q).scatter_(1, best, 1.0)
 
 
-def _best_response_sweep(tree: GameTree, pe: torch.Tensor, cf: torch.Tensor,
-                         player: int) -> BestResponse:
+def _best_response_sweep(tree: GameTree, pe: torch.Tensor, cf: torch.Tensor, player: int) -> BestResponse:
     idx = _br_index(tree, player)
     sl = idx.slice
     A = tree.max_actions
     B = pe.shape[1]
     n_is = sl.stop - sl.start
-    v = tree.node_utility[:, player:player + 1].expand(-1, B).clone(memory_format=torch.contiguous_format)
+    v = tree.node_utility[:, player : player + 1].expand(-1, B).clone(memory_format=torch.contiguous_format)
     q = torch.zeros(max(n_is, 1) * A, B, dtype=pe.dtype, device=pe.device)
     brpol = torch.zeros(n_is, A, B, dtype=pe.dtype, device=pe.device)
     w = pe.clone()
@@ -171,8 +172,9 @@ def _best_response_sweep(tree: GameTree, pe: torch.Tensor, cf: torch.Tensor,
     return BestResponse(value=v[0].clone(), policy=brpol.permute(2, 0, 1).contiguous())
 
 
-def _best_response_multipass(tree: GameTree, policy: torch.Tensor, pe: torch.Tensor,
-                             cf: torch.Tensor, player: int) -> BestResponse:
+def _best_response_multipass(
+    tree: GameTree, policy: torch.Tensor, pe: torch.Tensor, cf: torch.Tensor, player: int
+) -> BestResponse:
     """Best response for trees whose information sets span several depths:
     fix the responder's choices bottom-up by own-decision depth, one full
     backward sweep per depth (exact under perfect recall)."""
@@ -201,10 +203,10 @@ def _best_response_multipass(tree: GameTree, policy: torch.Tensor, pe: torch.Ten
 
 @dataclass
 class Exploitability:
-    nash_conv: torch.Tensor        # [B]
-    exploitability: torch.Tensor   # [B] = nash_conv / N
-    on_policy: torch.Tensor        # [B, N]
-    best_response: torch.Tensor    # [B, N]
+    nash_conv: torch.Tensor  # [B]
+    exploitability: torch.Tensor  # [B] = nash_conv / N
+    on_policy: torch.Tensor  # [B, N]
+    best_response: torch.Tensor  # [B, N]
 
 
 def evaluate(tree: GameTree, policy: torch.Tensor) -> Exploitability:
@@ -213,8 +215,8 @@ def evaluate(tree: GameTree, policy: torch.Tensor) -> Exploitability:
     policy = tree.check_policy(policy)
     table = tree.prob_table(policy)
     pe = edge_probabilities(tree, table)
-    on = node_values(tree, pe)[0].T                       # [B, N]
-    r = reach_all(tree, table)                            # [H, N+1, B]
+    on = node_values(tree, pe)[0].T  # [B, N]
+    r = reach_all(tree, table)  # [H, N+1, B]
     br = []
     for p in range(tree.num_players):
         keep = [q for q in range(tree.num_players + 1) if q != p]
@@ -222,8 +224,9 @@ def evaluate(tree: GameTree, policy: torch.Tensor) -> Exploitability:
         br.append(_best_response(tree, policy, pe, cf, p).value)
     brv = torch.stack(br, 1)
     nc = (brv - on).sum(1)
-    return Exploitability(nash_conv=nc, exploitability=nc / tree.num_players,
-                          on_policy=on.contiguous(), best_response=brv)
+    return Exploitability(
+        nash_conv=nc, exploitability=nc / tree.num_players, on_policy=on.contiguous(), best_response=brv
+    )
 
 
 def nash_conv(tree: GameTree, policy: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,7 @@ __all__ = [
 
 # ------------------------------------------------------------------ helpers --
 
+
 def _as_games(meta_games: Sequence[np.ndarray]) -> list[np.ndarray]:
     games = [np.asarray(m, dtype=np.float64) for m in meta_games]
     if not games:
@@ -98,7 +99,8 @@ def _as_games(meta_games: Sequence[np.ndarray]) -> list[np.ndarray]:
     if len(shape) != n_players:
         raise ValueError(
             f"meta_games holds {n_players} payoff tensors, each must have {n_players} "
-            f"dimensions (one per player); got shape {shape}")
+            f"dimensions (one per player); got shape {shape}"
+        )
     for m in games:
         if m.shape != shape:
             raise ValueError(f"payoff tensors differ in shape: {shape} vs {m.shape}")
@@ -121,8 +123,8 @@ class _PayoffVectors:
         self.n_players = len(games)
         self.games = games
         if self.n_players == 2:
-            self.m0 = np.ascontiguousarray(games[0])        # [n0, n1]
-            self.m1t = np.ascontiguousarray(games[1].T)     # [n1, n0]
+            self.m0 = np.ascontiguousarray(games[0])  # [n0, n1]
+            self.m1t = np.ascontiguousarray(games[1].T)  # [n1, n0]
         else:
             self.moved = []
             for p, g in enumerate(games):
@@ -195,24 +197,29 @@ class _SimplexProjector:
 
 # --------------------------------------------------------------- algorithms --
 
-def projected_replicator_dynamics(meta_games: Sequence[np.ndarray],
-                                  iterations: int = int(1e5), dt: float = 1e-3,
-                                  gamma: float = 1e-6,
-                                  average_over_last_n_strategies: int | None = None,
-                                  initial_strategies: Sequence[np.ndarray] | None = None,
-                                  ) -> list[np.ndarray]:
+
+def projected_replicator_dynamics(
+    meta_games: Sequence[np.ndarray],
+    iterations: int = int(1e5),
+    dt: float = 1e-3,
+    gamma: float = 1e-6,
+    average_over_last_n_strategies: int | None = None,
+    initial_strategies: Sequence[np.ndarray] | None = None,
+) -> list[np.ndarray]:
     """Projected Replicator Dynamics (Lanctot et al. 2017), as OpenSpiel's
     ``projected_replicator_dynamics`` (exact simplex projection)."""
     games = _as_games(meta_games)
     N = len(games)
     shape = games[0].shape
     pv = _PayoffVectors(games)
-    strategies = ([np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
-                  if initial_strategies is not None
-                  else [np.ones(shape[k]) / shape[k] for k in range(N)])
+    strategies = (
+        [np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
+        if initial_strategies is not None
+        else [np.ones(shape[k]) / shape[k] for k in range(N)]
+    )
     avg = _Averager(average_over_last_n_strategies)
     iterations = int(iterations)
-    if len(set(shape)) == 1:        # stacked fast path: one [N, n] array
+    if len(set(shape)) == 1:  # stacked fast path: one [N, n] array
         S = np.stack(strategies)
         proj = _SimplexProjector(N, shape[0], gamma)
         avg.append(S)
@@ -247,11 +254,13 @@ def projected_replicator_dynamics(meta_games: Sequence[np.ndarray],
     return avg.average()
 
 
-def regret_matching(meta_games: Sequence[np.ndarray], iterations: int = int(1e5),
-                    gamma: float = 1e-6,
-                    average_over_last_n_strategies: int | None = None,
-                    initial_strategies: Sequence[np.ndarray] | None = None,
-                    ) -> list[np.ndarray]:
+def regret_matching(
+    meta_games: Sequence[np.ndarray],
+    iterations: int = int(1e5),
+    gamma: float = 1e-6,
+    average_over_last_n_strategies: int | None = None,
+    initial_strategies: Sequence[np.ndarray] | None = None,
+) -> list[np.ndarray]:
     """Regret matching with simultaneous updates, as OpenSpiel's
     ``regret_matching`` (initial regrets 1e-6, ``gamma``-uniform mixing,
     average of the trajectory)."""
@@ -259,9 +268,11 @@ def regret_matching(meta_games: Sequence[np.ndarray], iterations: int = int(1e5)
     N = len(games)
     shape = games[0].shape
     pv = _PayoffVectors(games)
-    strategies = ([np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
-                  if initial_strategies is not None
-                  else [np.ones(shape[k]) / shape[k] for k in range(N)])
+    strategies = (
+        [np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
+        if initial_strategies is not None
+        else [np.ones(shape[k]) / shape[k] for k in range(N)]
+    )
     avg = _Averager(average_over_last_n_strategies)
     iterations = int(iterations)
     if len(set(shape)) == 1:
@@ -311,15 +322,23 @@ def _lp_maximin(A: np.ndarray) -> tuple[np.ndarray, float]:
     a_ub = np.hstack([-A.T, np.ones((n, 1))])
     a_eq = np.zeros((1, m + 1))
     a_eq[0, :m] = 1.0
-    res = linprog(c, A_ub=a_ub, b_ub=np.zeros(n), A_eq=a_eq, b_eq=[1.0],
-                  bounds=[(0, None)] * m + [(None, None)], method="highs")
+    res = linprog(
+        c,
+        A_ub=a_ub,
+        b_ub=np.zeros(n),
+        A_eq=a_eq,
+        b_eq=[1.0],
+        bounds=[(0, None)] * m + [(None, None)],
+        method="highs",
+    )
     if res.status != 0:
         raise RuntimeError(f"Nash LP failed: {res.message}")
     return _normalise(res.x[:m]), float(res.x[-1])
 
 
-def zero_sum_nash(meta_games: Sequence[np.ndarray], tol: float = 1e-8
-                  ) -> tuple[list[np.ndarray], list[float]]:
+def zero_sum_nash(
+    meta_games: Sequence[np.ndarray], tol: float = 1e-8
+) -> tuple[list[np.ndarray], list[float]]:
     """A Nash equilibrium of a two-player constant-sum game, one LP per player.
 
     Returns ``([x, y], [v_row, v_col])``: the maximin strategies and the values
@@ -329,7 +348,8 @@ def zero_sum_nash(meta_games: Sequence[np.ndarray], tol: float = 1e-8
         raise ValueError(
             f"the 'nash' meta-solver computes Nash equilibria of two-player zero-sum "
             f"meta-games by linear programming; this meta-game has {len(games)} players "
-            "(use 'prd', 'rm', 'uniform' or the SHOR solvers)")
+            "(use 'prd', 'rm', 'uniform' or the SHOR solvers)"
+        )
     a, b = games
     s = a + b
     scale = 1.0 + max(np.abs(a).max(), np.abs(b).max())
@@ -337,7 +357,8 @@ def zero_sum_nash(meta_games: Sequence[np.ndarray], tol: float = 1e-8
         raise ValueError(
             "the 'nash' meta-solver needs a two-player zero-sum (constant-sum) meta-game; "
             f"payoff sums vary by {s.max() - s.min():.3g} (use 'prd', 'rm', 'uniform' "
-            "or the SHOR solvers for general-sum games)")
+            "or the SHOR solvers for general-sum games)"
+        )
     x, v0 = _lp_maximin(a)
     y, v1 = _lp_maximin(b.T)
     return [x, y], [v0, v1]
@@ -345,11 +366,17 @@ def zero_sum_nash(meta_games: Sequence[np.ndarray], tol: float = 1e-8
 
 # ------------------------------------------------------------- SHOR hybrid --
 
-def hybrid_orm_solver(meta_games: Sequence[np.ndarray], iterations: int,
-                      blending_factor: float = 0.0, temperature: float = 0.1,
-                      momentum_beta: float = 0.0, gain_normalization: bool = True,
-                      diversity_bonus_coeff: float = 0.0,
-                      return_average_strategy: bool = True) -> list[np.ndarray]:
+
+def hybrid_orm_solver(
+    meta_games: Sequence[np.ndarray],
+    iterations: int,
+    blending_factor: float = 0.0,
+    temperature: float = 0.1,
+    momentum_beta: float = 0.0,
+    gain_normalization: bool = True,
+    diversity_bonus_coeff: float = 0.0,
+    return_average_strategy: bool = True,
+) -> list[np.ndarray]:
     """SHOR-PSRO's hybrid optimistic RM+ / softmax solver (``_hybrid_orm_solver``
     of arXiv 2602.16928, Listing 6), same statements in the same order."""
     games = _as_games(meta_games)
@@ -394,6 +421,7 @@ def hybrid_orm_solver(meta_games: Sequence[np.ndarray], iterations: int,
 
 # ------------------------------------------------------------------ solvers --
 
+
 class MetaSolver(ABC):
     """Base class: ``get_meta_strategy(meta_games, **context)`` returns one
     distribution per player. ``stateless`` solvers give the same answer to the
@@ -403,8 +431,7 @@ class MetaSolver(ABC):
     stateless = True
 
     @abstractmethod
-    def get_meta_strategy(self, meta_games: Sequence[np.ndarray], **context: Any
-                          ) -> list[np.ndarray]:
+    def get_meta_strategy(self, meta_games: Sequence[np.ndarray], **context: Any) -> list[np.ndarray]:
         """One distribution per player over that player's population."""
 
     def __repr__(self) -> str:
@@ -431,29 +458,37 @@ class NashSolver(MetaSolver):
 class PRDSolver(MetaSolver):
     name = "prd"
 
-    def __init__(self, iterations: int = int(1e5), dt: float = 1e-3, gamma: float = 1e-6,
-                 average_over_last_n_strategies: int | None = None):
+    def __init__(
+        self,
+        iterations: int = int(1e5),
+        dt: float = 1e-3,
+        gamma: float = 1e-6,
+        average_over_last_n_strategies: int | None = None,
+    ):
         self.iterations, self.dt, self.gamma = int(iterations), dt, gamma
         self.average_over_last_n_strategies = average_over_last_n_strategies
 
     def get_meta_strategy(self, meta_games, **context):
         out = projected_replicator_dynamics(
-            meta_games, self.iterations, self.dt, self.gamma,
-            self.average_over_last_n_strategies)
+            meta_games, self.iterations, self.dt, self.gamma, self.average_over_last_n_strategies
+        )
         return [_normalise(s) for s in out]
 
 
 class RMSolver(MetaSolver):
     name = "rm"
 
-    def __init__(self, iterations: int = int(1e5), gamma: float = 1e-6,
-                 average_over_last_n_strategies: int | None = None):
+    def __init__(
+        self,
+        iterations: int = int(1e5),
+        gamma: float = 1e-6,
+        average_over_last_n_strategies: int | None = None,
+    ):
         self.iterations, self.gamma = int(iterations), gamma
         self.average_over_last_n_strategies = average_over_last_n_strategies
 
     def get_meta_strategy(self, meta_games, **context):
-        out = regret_matching(meta_games, self.iterations, self.gamma,
-                              self.average_over_last_n_strategies)
+        out = regret_matching(meta_games, self.iterations, self.gamma, self.average_over_last_n_strategies)
         return [_normalise(s) for s in out]
 
 
@@ -463,12 +498,21 @@ class SHORTrainSolver(MetaSolver):
     name = "shor-train"
     stateless = False
 
-    def __init__(self, base_solver_iterations=1000, iterations_per_policy_scale=20,
-                 max_solver_iterations=5000, initial_blending_factor=0.3,
-                 final_blending_factor=0.05, initial_temperature=0.5,
-                 final_temperature=0.01, momentum_beta=0.5, gain_normalization=True,
-                 initial_diversity_bonus_coeff=0.05, final_diversity_bonus_coeff=0.001,
-                 max_psro_iterations_for_annealing=75):
+    def __init__(
+        self,
+        base_solver_iterations=1000,
+        iterations_per_policy_scale=20,
+        max_solver_iterations=5000,
+        initial_blending_factor=0.3,
+        final_blending_factor=0.05,
+        initial_temperature=0.5,
+        final_temperature=0.01,
+        momentum_beta=0.5,
+        gain_normalization=True,
+        initial_diversity_bonus_coeff=0.05,
+        final_diversity_bonus_coeff=0.001,
+        max_psro_iterations_for_annealing=75,
+    ):
         self.base_solver_iterations = base_solver_iterations
         self.iterations_per_policy_scale = iterations_per_policy_scale
         self.max_solver_iterations = max_solver_iterations
@@ -498,8 +542,9 @@ class SHORTrainSolver(MetaSolver):
         return {
             "blending_factor": lin(self.initial_blending_factor, self.final_blending_factor),
             "temperature": lin(self.initial_temperature, self.final_temperature),
-            "diversity_bonus_coeff": lin(self.initial_diversity_bonus_coeff,
-                                         self.final_diversity_bonus_coeff),
+            "diversity_bonus_coeff": lin(
+                self.initial_diversity_bonus_coeff, self.final_diversity_bonus_coeff
+            ),
         }
 
     def get_meta_strategy(self, meta_games, **context):
@@ -508,9 +553,14 @@ class SHORTrainSolver(MetaSolver):
         params = self.schedule(self.calls)
         iters = self.solver_iterations(games[0].shape[0])
         self.last_params = dict(params, iterations=iters, k=self.calls)
-        return hybrid_orm_solver(games, iterations=iters, momentum_beta=self.momentum_beta,
-                                 gain_normalization=self.gain_normalization,
-                                 return_average_strategy=True, **params)
+        return hybrid_orm_solver(
+            games,
+            iterations=iters,
+            momentum_beta=self.momentum_beta,
+            gain_normalization=self.gain_normalization,
+            return_average_strategy=True,
+            **params,
+        )
 
 
 class SHOREvalSolver(MetaSolver):
@@ -518,9 +568,17 @@ class SHOREvalSolver(MetaSolver):
 
     name = "shor-eval"
 
-    def __init__(self, base_solver_iterations=8000, iterations_per_policy_scale=50,
-                 max_solver_iterations=15000, blending_factor=0.01, temperature=0.001,
-                 momentum_beta=0.2, gain_normalization=True, diversity_bonus_coeff=0.0):
+    def __init__(
+        self,
+        base_solver_iterations=8000,
+        iterations_per_policy_scale=50,
+        max_solver_iterations=15000,
+        blending_factor=0.01,
+        temperature=0.001,
+        momentum_beta=0.2,
+        gain_normalization=True,
+        diversity_bonus_coeff=0.0,
+    ):
         self.base_solver_iterations = base_solver_iterations
         self.iterations_per_policy_scale = iterations_per_policy_scale
         self.max_solver_iterations = max_solver_iterations
@@ -537,10 +595,15 @@ class SHOREvalSolver(MetaSolver):
     def get_meta_strategy(self, meta_games, **context):
         games = _as_games(meta_games)
         return hybrid_orm_solver(
-            games, iterations=self.solver_iterations(games[0].shape[0]),
-            blending_factor=self.blending_factor, temperature=self.temperature,
-            momentum_beta=self.momentum_beta, gain_normalization=self.gain_normalization,
-            diversity_bonus_coeff=self.diversity_bonus_coeff, return_average_strategy=False)
+            games,
+            iterations=self.solver_iterations(games[0].shape[0]),
+            blending_factor=self.blending_factor,
+            temperature=self.temperature,
+            momentum_beta=self.momentum_beta,
+            gain_normalization=self.gain_normalization,
+            diversity_bonus_coeff=self.diversity_bonus_coeff,
+            return_average_strategy=False,
+        )
 
 
 # ----------------------------------------------------------------- registry --
@@ -568,12 +631,10 @@ def get_meta_solver(solver: str | MetaSolver, **kwargs: Any) -> MetaSolver:
     constructor) or an object with ``get_meta_strategy`` (returned as is)."""
     if not isinstance(solver, str):
         if not hasattr(solver, "get_meta_strategy"):
-            raise TypeError(f"{solver!r} is neither a meta-solver name nor an object "
-                            "with get_meta_strategy")
+            raise TypeError(f"{solver!r} is neither a meta-solver name nor an object with get_meta_strategy")
         return solver
     try:
         factory = META_SOLVERS[solver]
     except KeyError:
-        raise ValueError(f"unknown meta-solver {solver!r}; known: "
-                         f"{', '.join(meta_solver_names())}") from None
+        raise ValueError(f"unknown meta-solver {solver!r}; known: {', '.join(meta_solver_names())}") from None
     return factory(**kwargs)

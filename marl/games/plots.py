@@ -30,8 +30,13 @@ def _positive(ys: Sequence[float]) -> np.ndarray:
     return arr
 
 
-def plot_curves(curves: Mapping[str, Iterable[tuple[int, float]]], path: str | Path, *,
-                title: str = "", ylabel: str = "exploitability (NashConv / N)") -> Path:
+def plot_curves(
+    curves: Mapping[str, Iterable[tuple[int, float]]],
+    path: str | Path,
+    *,
+    title: str = "",
+    ylabel: str = "exploitability (NashConv / N)",
+) -> Path:
     """Write a log-log PNG of ``curves`` (label -> [(iteration, value), ...]) to
     ``path`` and return it. Labels are drawn in the order given, each with its final
     value in the legend; values <= 0 are left out (a log axis cannot show them)."""
@@ -52,8 +57,14 @@ def plot_curves(curves: Mapping[str, Iterable[tuple[int, float]]], path: str | P
         xs = np.asarray([p[0] for p in pts], dtype=float)
         ys = _positive([p[1] for p in pts])
         any_positive |= bool(np.isfinite(ys).any())
-        ax.plot(xs, ys, marker="." if len(xs) < 60 else None, linewidth=1.4, markersize=4,
-                label=f"{label} ({pts[-1][1]:.2e})")
+        ax.plot(
+            xs,
+            ys,
+            marker="." if len(xs) < 60 else None,
+            linewidth=1.4,
+            markersize=4,
+            label=f"{label} ({pts[-1][1]:.2e})",
+        )
         drawn += 1
     ax.set_xscale("log")
     if any_positive:

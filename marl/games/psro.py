@@ -61,8 +61,13 @@ from .metasolvers import MetaSolver, get_meta_solver
 from .tree import CHANCE, DECISION, GameTree, load_game
 
 __all__ = [
-    "MetaGame", "PSROResult", "infoset_own_reach", "joint_policy",
-    "mixture_behaviour_policy", "mixture_player_policy", "run_psro",
+    "MetaGame",
+    "PSROResult",
+    "infoset_own_reach",
+    "joint_policy",
+    "mixture_behaviour_policy",
+    "mixture_player_policy",
+    "run_psro",
     "terminal_own_reach",
 ]
 
@@ -101,6 +106,7 @@ def _parent_sequences(tree: GameTree, player: int):
         cur = np.where(open_, par, cur)
     own = arr.own_depth[sl]
     levels = []
+
     def t(x):
         return torch.as_tensor(x, device=tree.device)
 
@@ -127,12 +133,12 @@ def infoset_own_reach(tree: GameTree, player: int, members: torch.Tensor) -> tor
     return x
 
 
-def mixture_player_policy(tree: GameTree, player: int, members: torch.Tensor,
-                          weights: Sequence[float] | np.ndarray | torch.Tensor) -> torch.Tensor:
+def mixture_player_policy(
+    tree: GameTree, player: int, members: torch.Tensor, weights: Sequence[float] | np.ndarray | torch.Tensor
+) -> torch.Tensor:
     """``[I_p, A]``: the behaviour policy realisation-equivalent to the mixture
     of ``members`` (``[K, I_p, A]``) with ``weights`` (``[K]``)."""
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=tree.dtype,
-                        device=tree.device)
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64), dtype=tree.dtype, device=tree.device)
     members = members.to(tree.device, tree.dtype)
     if w.shape[0] != members.shape[0]:
         raise ValueError(f"{members.shape[0]} members but {w.shape[0]} weights")
@@ -142,9 +148,9 @@ def mixture_player_policy(tree: GameTree, player: int, members: torch.Tensor,
     w, members = w[keep], members[keep]
     if members.shape[0] == 1:
         return members[0].clone()
-    x = infoset_own_reach(tree, player, members) * w[:, None]      # [K, I_p]
-    num = (x[:, :, None] * members).sum(0)                         # [I_p, A]
-    den = x.sum(0)                                                 # [I_p]
+    x = infoset_own_reach(tree, player, members) * w[:, None]  # [K, I_p]
+    num = (x[:, :, None] * members).sum(0)  # [I_p, A]
+    den = x.sum(0)  # [I_p]
     plain = (w[:, None, None] * members).sum(0) / w.sum()
     ok = den > 0
     safe = torch.where(ok, den, torch.ones_like(den))
@@ -153,22 +159,25 @@ def mixture_player_policy(tree: GameTree, player: int, members: torch.Tensor,
 
 def joint_policy(tree: GameTree, parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """``[1, I, A]`` from one ``[I_p, A]`` policy per player."""
-    out = torch.zeros(1, tree.num_infosets, tree.max_actions, dtype=tree.dtype,
-                      device=tree.device)
+    out = torch.zeros(1, tree.num_infosets, tree.max_actions, dtype=tree.dtype, device=tree.device)
     for p, part in enumerate(parts):
         out[0, tree.infoset_slices[p]] = part.to(tree.device, tree.dtype)
     return out
 
 
-def mixture_behaviour_policy(tree: GameTree, populations: Sequence[torch.Tensor],
-                             meta_strategy: Sequence[np.ndarray]) -> torch.Tensor:
+def mixture_behaviour_policy(
+    tree: GameTree, populations: Sequence[torch.Tensor], meta_strategy: Sequence[np.ndarray]
+) -> torch.Tensor:
     """``[1, I, A]``: every player's meta-strategy mixture of its population
     as one realisation-equivalent behaviour policy."""
-    return joint_policy(tree, [mixture_player_policy(tree, p, populations[p], meta_strategy[p])
-                               for p in range(tree.num_players)])
+    return joint_policy(
+        tree,
+        [mixture_player_policy(tree, p, populations[p], meta_strategy[p]) for p in range(tree.num_players)],
+    )
 
 
 # ----------------------------------------------------------------- meta-game --
+
 
 def _terminal_structure(tree: GameTree):
     """Per terminal history: the chance reach ``c(z)`` (``[T]``) and, for each
@@ -188,7 +197,7 @@ def _terminal_structure(tree: GameTree):
     depth_sorted = arr.depth[order]
     bounds = np.searchsorted(depth_sorted, np.arange(int(arr.depth.max()) + 2))
     for d in range(1, len(bounds) - 1):
-        nodes = order[bounds[d]:bounds[d + 1]]
+        nodes = order[bounds[d] : bounds[d + 1]]
         if len(nodes) == 0:
             continue
         par = arr.parent[nodes]
@@ -207,8 +216,7 @@ def _terminal_structure(tree: GameTree):
     def t(x, dtype=None):
         return torch.as_tensor(x, device=tree.device, dtype=dtype)
 
-    out = (t(creach[z], tree.dtype),
-           [(t(last_is[p, z]), t(last_slot[p, z])) for p in range(N)])
+    out = (t(creach[z], tree.dtype), [(t(last_is[p, z]), t(last_slot[p, z])) for p in range(N)])
     tree.derived[key] = out
     return out
 
@@ -223,7 +231,7 @@ def terminal_own_reach(tree: GameTree, player: int, members: torch.Tensor) -> to
     members = members.to(tree.device, tree.dtype)
     _, last = _terminal_structure(tree)
     isets, slots = last[player]
-    x_is = infoset_own_reach(tree, player, members)                 # [K, I_p]
+    x_is = infoset_own_reach(tree, player, members)  # [K, I_p]
     acts = isets >= 0
     safe_is = torch.where(acts, isets, torch.zeros_like(isets))
     safe_slot = torch.where(acts, slots, torch.zeros_like(slots))
@@ -251,18 +259,25 @@ class MetaGame:
     per player (``k_p`` new, earlier players old, later players any), each a
     single ``einsum``."""
 
-    def __init__(self, tree: GameTree, initial: Sequence[torch.Tensor] | None = None,
-                 capacity: int | None = None, memory_budget: float = 5e8):
+    def __init__(
+        self,
+        tree: GameTree,
+        initial: Sequence[torch.Tensor] | None = None,
+        capacity: int | None = None,
+        memory_budget: float = 5e8,
+    ):
         self.tree = tree
         self.N = tree.num_players
         self.memory_budget = memory_budget
         if initial is None:
             uni = tree.uniform_policy(1)[0]
             initial = [uni[tree.infoset_slices[p]] for p in range(self.N)]
-        self.populations = [p_.to(tree.device, tree.dtype).unsqueeze(0) if p_.dim() == 2
-                            else p_.to(tree.device, tree.dtype) for p_ in initial]
+        self.populations = [
+            p_.to(tree.device, tree.dtype).unsqueeze(0) if p_.dim() == 2 else p_.to(tree.device, tree.dtype)
+            for p_ in initial
+        ]
         creach, _ = _terminal_structure(tree)
-        self._weights = (creach[:, None] * tree.utility).T.contiguous()   # [N, T]
+        self._weights = (creach[:, None] * tree.utility).T.contiguous()  # [N, T]
         self._reach = [terminal_own_reach(tree, p, self.populations[p]) for p in range(self.N)]
         # Payoffs live in a buffer with room for ``capacity`` members per
         # player (run_psro knows the final size), so growing never copies it.
@@ -291,8 +306,7 @@ class MetaGame:
             if pol is not None:
                 pol = pol.to(self.tree.device, self.tree.dtype)
                 self.populations[p] = torch.cat([self.populations[p], pol.unsqueeze(0)], 0)
-                self._reach[p] = torch.cat(
-                    [self._reach[p], terminal_own_reach(self.tree, p, pol)], 0)
+                self._reach[p] = torch.cat([self._reach[p], terminal_own_reach(self.tree, p, pol)], 0)
         self._fill(tuple(old))
 
     def _fill(self, old_sizes: tuple[int, ...]) -> None:
@@ -301,15 +315,21 @@ class MetaGame:
         if any(n > c for n, c in zip(new_sizes, self._buf.shape[1:])):
             cap = tuple(max(n, 2 * c) for n, c in zip(new_sizes, self._buf.shape[1:]))
             grown = np.zeros((N,) + cap)
-            grown[(slice(None),) + tuple(slice(0, s) for s in old_sizes)] = \
-                self._buf[(slice(None),) + tuple(slice(0, s) for s in old_sizes)]
+            grown[(slice(None),) + tuple(slice(0, s) for s in old_sizes)] = self._buf[
+                (slice(None),) + tuple(slice(0, s) for s in old_sizes)
+            ]
             self._buf = grown
         for p in range(N):
             if new_sizes[p] == old_sizes[p]:
                 continue
-            ranges = [slice(0, old_sizes[q]) if q < p else
-                      slice(old_sizes[p], new_sizes[p]) if q == p else
-                      slice(0, new_sizes[q]) for q in range(N)]
+            ranges = [
+                slice(0, old_sizes[q])
+                if q < p
+                else slice(old_sizes[p], new_sizes[p])
+                if q == p
+                else slice(0, new_sizes[q])
+                for q in range(N)
+            ]
             if any(r.stop <= r.start for r in ranges):
                 continue
             slab = self._contract([self._reach[q][r] for q, r in enumerate(ranges)])
@@ -339,13 +359,14 @@ class MetaGame:
         sizes = [x.shape[0] for x in reaches]
         head = N * int(np.prod(sizes[:-1]))
         chunk = max(1, min(T, int(self.memory_budget // (8 * max(head, 1)))))
-        out = torch.zeros((N, int(np.prod(sizes[:-1])), sizes[-1]), dtype=weights.dtype,
-                          device=weights.device)
+        out = torch.zeros(
+            (N, int(np.prod(sizes[:-1])), sizes[-1]), dtype=weights.dtype, device=weights.device
+        )
         for lo in range(0, T, chunk):
             hi = min(T, lo + chunk)
-            m = weights[:, lo:hi]                                   # [N, z]
+            m = weights[:, lo:hi]  # [N, z]
             for x in reaches[:-1]:
-                m = m.unsqueeze(-2) * x[:, lo:hi]                         # [N, ..., k, z]
+                m = m.unsqueeze(-2) * x[:, lo:hi]  # [N, ..., k, z]
             m = m.reshape(N, -1, hi - lo)
             out += m @ reaches[-1][:, lo:hi].T
         inverse = [order.index(q) for q in range(N)]
@@ -358,42 +379,52 @@ class MetaGame:
 
 # --------------------------------------------------------------------- PSRO --
 
+
 @dataclass
 class PSROResult:
     game: str
     train_solver: str
     eval_solver: str
     iterations: int
-    exploitability: list[float]          # [K+1]; entry 0: the initial population
-    nash_conv: list[float]               # [K+1]
-    population_sizes: list[list[int]]    # [K+1][N]
-    meta_strategies: list[list[np.ndarray]]        # evaluation meta-strategies, [K+1][N]
+    exploitability: list[float]  # [K+1]; entry 0: the initial population
+    nash_conv: list[float]  # [K+1]
+    population_sizes: list[list[int]]  # [K+1][N]
+    meta_strategies: list[list[np.ndarray]]  # evaluation meta-strategies, [K+1][N]
     train_meta_strategies: list[list[np.ndarray]]  # the ones the BRs answered, [K][N]
     wall_time: float
     iteration_times: list[float]
     timings: dict[str, float]
-    meta_games: list[np.ndarray]         # final payoff tensors
-    populations: list[torch.Tensor]      # final populations, [n_p, I_p, A]
-    policy: torch.Tensor                 # final evaluation behaviour policy [1, I, A]
+    meta_games: list[np.ndarray]  # final payoff tensors
+    populations: list[torch.Tensor]  # final populations, [n_p, I_p, A]
+    policy: torch.Tensor  # final evaluation behaviour policy [1, I, A]
     device: str
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"PSRO {self.game} train={self.train_solver} eval={self.eval_solver} "
-                f"K={self.iterations}: exploitability {self.exploitability[0]:.4g} -> "
-                f"{self.exploitability[-1]:.4g}, population {self.population_sizes[-1]}, "
-                f"{self.wall_time:.1f}s")
+        return (
+            f"PSRO {self.game} train={self.train_solver} eval={self.eval_solver} "
+            f"K={self.iterations}: exploitability {self.exploitability[0]:.4g} -> "
+            f"{self.exploitability[-1]:.4g}, population {self.population_sizes[-1]}, "
+            f"{self.wall_time:.1f}s"
+        )
 
 
 def _solver_name(solver: Any) -> str:
     return solver if isinstance(solver, str) else getattr(solver, "name", type(solver).__name__)
 
 
-def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolver = "uniform",
-             eval_solver: str | MetaSolver | None = None, device: str = "auto", seed: int = 0,
-             train_kwargs: dict | None = None, eval_kwargs: dict | None = None,
-             verbose: bool = False) -> PSROResult:
+def run_psro(
+    game: str | GameTree,
+    iterations: int,
+    train_solver: str | MetaSolver = "uniform",
+    eval_solver: str | MetaSolver | None = None,
+    device: str = "auto",
+    seed: int = 0,
+    train_kwargs: dict | None = None,
+    eval_kwargs: dict | None = None,
+    verbose: bool = False,
+) -> PSROResult:
     """Run ``iterations`` PSRO iterations on ``game``.
 
     ``train_solver`` picks the meta-strategy the best responses answer;
@@ -408,10 +439,16 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
     tree = game if isinstance(game, GameTree) else load_game(game, device)
     train_name = _solver_name(train_solver)
     train = get_meta_solver(train_solver, **(train_kwargs or {}))
-    if eval_solver is None or (isinstance(eval_solver, str) and eval_solver == train_name
-                               and not eval_kwargs):
-        evals = train if getattr(train, "stateless", False) else get_meta_solver(
-            train_name if isinstance(train_solver, str) else train_solver, **(train_kwargs or {}))
+    if eval_solver is None or (
+        isinstance(eval_solver, str) and eval_solver == train_name and not eval_kwargs
+    ):
+        evals = (
+            train
+            if getattr(train, "stateless", False)
+            else get_meta_solver(
+                train_name if isinstance(train_solver, str) else train_solver, **(train_kwargs or {})
+            )
+        )
         eval_name = train_name
     else:
         evals = get_meta_solver(eval_solver, **(eval_kwargs or {}))
@@ -420,8 +457,13 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
     # a meta-game is also the next training meta-strategy.
     reuse = evals is train and getattr(train, "stateless", False)
 
-    timings = {"meta_solver_train": 0.0, "meta_solver_eval": 0.0, "best_response": 0.0,
-               "meta_game": 0.0, "evaluate": 0.0}
+    timings = {
+        "meta_solver_train": 0.0,
+        "meta_solver_eval": 0.0,
+        "best_response": 0.0,
+        "meta_game": 0.0,
+        "evaluate": 0.0,
+    }
     N = tree.num_players
     t0 = time.perf_counter()
     mg = MetaGame(tree, capacity=iterations + 1)
@@ -429,9 +471,12 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
 
     def eval_point():
         t = time.perf_counter()
-        ms = [np.asarray(s, dtype=np.float64) for s in
-              evals.get_meta_strategy(mg.meta_games, iteration=len(sizes) - 1,
-                                      populations=mg.populations)]
+        ms = [
+            np.asarray(s, dtype=np.float64)
+            for s in evals.get_meta_strategy(
+                mg.meta_games, iteration=len(sizes) - 1, populations=mg.populations
+            )
+        ]
         timings["meta_solver_eval"] += time.perf_counter() - t
         t = time.perf_counter()
         pol = mixture_behaviour_policy(tree, mg.populations, ms)
@@ -449,9 +494,10 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
             tms = last_eval
         else:
             t = time.perf_counter()
-            tms = [np.asarray(s, dtype=np.float64) for s in
-                   train.get_meta_strategy(mg.meta_games, iteration=k,
-                                           populations=mg.populations)]
+            tms = [
+                np.asarray(s, dtype=np.float64)
+                for s in train.get_meta_strategy(mg.meta_games, iteration=k, populations=mg.populations)
+            ]
             timings["meta_solver_train"] += time.perf_counter() - t
         train_metas.append(tms)
         t = time.perf_counter()
@@ -469,12 +515,28 @@ def run_psro(game: str | GameTree, iterations: int, train_solver: str | MetaSolv
         metas.append(ms)
         it_times.append(time.perf_counter() - t_it)
         if verbose:
-            print(f"[psro {tree.game} {train_name}/{eval_name}] it {k}: "
-                  f"exploitability {ex:.6g} pop {mg.sizes} ({it_times[-1]:.2f}s)", flush=True)
+            print(
+                f"[psro {tree.game} {train_name}/{eval_name}] it {k}: "
+                f"exploitability {ex:.6g} pop {mg.sizes} ({it_times[-1]:.2f}s)",
+                flush=True,
+            )
     return PSROResult(
-        game=tree.game, train_solver=train_name, eval_solver=eval_name, iterations=iterations,
-        exploitability=expl, nash_conv=ncs, population_sizes=sizes, meta_strategies=metas,
-        train_meta_strategies=train_metas, wall_time=time.perf_counter() - t_start,
-        iteration_times=it_times, timings=timings, meta_games=mg.meta_games,
-        populations=mg.populations, policy=pol, device=str(tree.device), seed=seed,
-        extra={"profiles_evaluated": mg.profiles_evaluated})
+        game=tree.game,
+        train_solver=train_name,
+        eval_solver=eval_name,
+        iterations=iterations,
+        exploitability=expl,
+        nash_conv=ncs,
+        population_sizes=sizes,
+        meta_strategies=metas,
+        train_meta_strategies=train_metas,
+        wall_time=time.perf_counter() - t_start,
+        iteration_times=it_times,
+        timings=timings,
+        meta_games=mg.meta_games,
+        populations=mg.populations,
+        policy=pol,
+        device=str(tree.device),
+        seed=seed,
+        extra={"profiles_evaluated": mg.profiles_evaluated},
+    )

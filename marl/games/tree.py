@@ -56,8 +56,7 @@ def _pyspiel():
     try:
         import pyspiel
     except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise ImportError(
-            "societas.marl.games needs OpenSpiel: pip install open-spiel") from exc
+        raise ImportError("societas.marl.games needs OpenSpiel: pip install open-spiel") from exc
     return pyspiel
 
 
@@ -94,15 +93,18 @@ def load_openspiel_game(game: str):
     if gtype.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
         raise GameTreeError(
             f"game {game!r} has dynamics {gtype.dynamics}; only sequential games "
-            "(and simultaneous ones through the turn-based conversion) are supported")
+            "(and simultaneous ones through the turn-based conversion) are supported"
+        )
     if gtype.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
         raise GameTreeError(
             f"game {game!r} has sampled (implicit) chance; the tree needs explicit "
-            "chance outcomes with probabilities")
+            "chance outcomes with probabilities"
+        )
     if not gtype.provides_information_state_string:
         raise GameTreeError(
             f"game {game!r} does not provide information state strings, so its "
-            "information sets cannot be identified")
+            "information sets cannot be identified"
+        )
     return g
 
 
@@ -112,26 +114,28 @@ class TreeArrays:
 
     game: str
     num_players: int
-    parent: np.ndarray          # [H] int64, -1 at the root
-    depth: np.ndarray           # [H] int64
-    kind: np.ndarray            # [H] int8: DECISION / CHANCE / TERMINAL
-    player: np.ndarray          # [H] int64: acting player, -1 chance, -2 terminal
-    infoset: np.ndarray         # [H] int64: infoset of decision nodes, else -1
-    slot: np.ndarray            # [H] int64: action slot of the edge from the parent, -1 at root
-    chance_prob: np.ndarray     # [H] float64: probability of the edge if the parent is chance, else 0
-    utility: np.ndarray         # [T, N] float64 for terminals, in order of `terminals`
-    terminals: np.ndarray       # [T] int64 node ids of the terminals
+    parent: np.ndarray  # [H] int64, -1 at the root
+    depth: np.ndarray  # [H] int64
+    kind: np.ndarray  # [H] int8: DECISION / CHANCE / TERMINAL
+    player: np.ndarray  # [H] int64: acting player, -1 chance, -2 terminal
+    infoset: np.ndarray  # [H] int64: infoset of decision nodes, else -1
+    slot: np.ndarray  # [H] int64: action slot of the edge from the parent, -1 at root
+    chance_prob: np.ndarray  # [H] float64: probability of the edge if the parent is chance, else 0
+    utility: np.ndarray  # [T, N] float64 for terminals, in order of `terminals`
+    terminals: np.ndarray  # [T] int64 node ids of the terminals
     infoset_player: np.ndarray  # [I] int64
-    num_actions: np.ndarray     # [I] int64
-    actions: np.ndarray         # [I, A] int64 OpenSpiel action ids, -1 padding
-    own_depth: np.ndarray       # [I] int64: how many own decisions precede the infoset
-    infoset_keys: np.ndarray    # [I] str: information state strings
+    num_actions: np.ndarray  # [I] int64
+    actions: np.ndarray  # [I, A] int64 OpenSpiel action ids, -1 padding
+    own_depth: np.ndarray  # [I] int64: how many own decisions precede the infoset
+    infoset_keys: np.ndarray  # [I] str: information state strings
 
 
 def _too_big(game: str, max_nodes: int) -> str:
-    return (f"game {game!r} has more than max_nodes={max_nodes:,} histories; its tree "
-            "does not fit this engine's memory budget (about 200 bytes per history on "
-            "the device; raise max_nodes if the machine has the memory)")
+    return (
+        f"game {game!r} has more than max_nodes={max_nodes:,} histories; its tree "
+        "does not fit this engine's memory budget (about 200 bytes per history on "
+        "the device; raise max_nodes if the machine has the memory)"
+    )
 
 
 def _build_arrays(game_string: str, max_nodes: int, game=None) -> TreeArrays:
@@ -151,14 +155,15 @@ def _build_arrays(game_string: str, max_nodes: int, game=None) -> TreeArrays:
     info_index: dict[tuple[int, str], int] = {}
     info_player: list[int] = []
     info_actions: list[list[int]] = []
-    info_seq: list[tuple[int, int] | None] = []   # last own (infoset, slot) before it
+    info_seq: list[tuple[int, int] | None] = []  # last own (infoset, slot) before it
     info_own_depth: list[int] = []
     info_keys: list[str] = []
 
     root = game.new_initial_state()
     # stack entries: (state, parent id, depth, slot, chance prob, per-player last own (infoset, slot), own depths)
     stack: list[tuple[Any, int, int, int, float, tuple, tuple]] = [
-        (root, -1, 0, -1, 0.0, (None,) * n_players, (0,) * n_players)]
+        (root, -1, 0, -1, 0.0, (None,) * n_players, (0,) * n_players)
+    ]
     while stack:
         state, par, d, sl, cp, last_own, own_d = stack.pop()
         nid = len(parent)
@@ -189,8 +194,8 @@ def _build_arrays(game_string: str, max_nodes: int, game=None) -> TreeArrays:
         p = state.current_player()
         if p < 0:
             raise GameTreeError(
-                f"game {game_string!r} reached a node with player id {p} that is neither "
-                "chance nor terminal")
+                f"game {game_string!r} reached a node with player id {p} that is neither chance nor terminal"
+            )
         key = state.information_state_string(p)
         legal = list(state.legal_actions(p))
         if not legal:
@@ -207,18 +212,19 @@ def _build_arrays(game_string: str, max_nodes: int, game=None) -> TreeArrays:
         else:
             if info_actions[iid] != legal:
                 raise GameTreeError(
-                    f"game {game_string!r}: histories of information set {key!r} have "
-                    "different legal actions")
+                    f"game {game_string!r}: histories of information set {key!r} have different legal actions"
+                )
             if info_seq[iid] != last_own[p]:
                 raise GameTreeError(
                     f"game {game_string!r} does not have perfect recall: information set "
-                    f"{key!r} of player {p} is reached after different own decisions")
+                    f"{key!r} of player {p} is reached after different own decisions"
+                )
         kind.append(DECISION)
         player.append(p)
         infoset.append(iid)
         for k in range(len(legal) - 1, -1, -1):
-            new_last = last_own[:p] + ((iid, k),) + last_own[p + 1:]
-            new_own = own_d[:p] + (own_d[p] + 1,) + own_d[p + 1:]
+            new_last = last_own[:p] + ((iid, k),) + last_own[p + 1 :]
+            new_own = own_d[:p] + (own_d[p] + 1,) + own_d[p + 1 :]
             stack.append((state.child(legal[k]), nid, d + 1, k, 0.0, new_last, new_own))
 
     num_actions = np.array([len(a) for a in info_actions], dtype=np.int64)
@@ -289,8 +295,7 @@ def _cache_path(game: str) -> Path:
     return cache_dir() / f"{safe}-{digest}.npz"
 
 
-def build_arrays(game: str, *, cache: bool = True,
-                 max_nodes: int = DEFAULT_MAX_NODES) -> TreeArrays:
+def build_arrays(game: str, *, cache: bool = True, max_nodes: int = DEFAULT_MAX_NODES) -> TreeArrays:
     """The tree arrays of ``game``, from the disk cache when present."""
     game = _normalise_game_string(game)
     path = _cache_path(game)
@@ -299,14 +304,19 @@ def build_arrays(game: str, *, cache: bool = True,
             with np.load(path, allow_pickle=False) as data:
                 fields = {k: data[k] for k in data.files}
             return TreeArrays(
-                game=str(fields.pop("game")), num_players=int(fields.pop("num_players")),
-                **fields)
+                game=str(fields.pop("game")), num_players=int(fields.pop("num_players")), **fields
+            )
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt
             logger.warning("ignoring unreadable game cache %s (%s); rebuilding", path, exc)
     t0 = time.perf_counter()
     arr = _renumber(_build_arrays(game, max_nodes))
-    logger.info("built %s: %d histories, %d infosets in %.1fs", game, len(arr.parent),
-                len(arr.infoset_player), time.perf_counter() - t0)
+    logger.info(
+        "built %s: %d histories, %d infosets in %.1fs",
+        game,
+        len(arr.parent),
+        len(arr.infoset_player),
+        time.perf_counter() - t0,
+    )
     if cache:
         tmp = None
         try:
@@ -315,8 +325,7 @@ def build_arrays(game: str, *, cache: bool = True,
             os.close(fd)
             payload = {k: v for k, v in arr.__dict__.items() if k not in ("game", "num_players")}
             with open(tmp, "wb") as fh:
-                np.savez(fh, game=np.str_(arr.game), num_players=np.int64(arr.num_players),
-                         **payload)
+                np.savez(fh, game=np.str_(arr.game), num_players=np.int64(arr.num_players), **payload)
             os.replace(tmp, path)
         except OSError as exc:  # a full or read-only disk costs the cache, not the run
             logger.warning("could not write the game cache %s (%s); continuing without it", path, exc)
@@ -336,8 +345,9 @@ class GameTree:
     contiguous range ``infoset_slices[p]``.
     """
 
-    def __init__(self, arrays: TreeArrays, device: str | torch.device = "auto",
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self, arrays: TreeArrays, device: str | torch.device = "auto", dtype: torch.dtype = torch.float64
+    ):
         self.arrays = arrays
         self.game = arrays.game
         self.device = resolve_device(device)
@@ -367,8 +377,8 @@ class GameTree:
         self.actions = t(arrays.actions)
         self.own_depth = t(arrays.own_depth)
         self.terminals = t(arrays.terminals)
-        self.utility = t(arrays.utility, dtype)            # [T, N]
-        self.legal_mask = (torch.arange(A, device=dev)[None, :] < self.num_actions[:, None])
+        self.utility = t(arrays.utility, dtype)  # [T, N]
+        self.legal_mask = torch.arange(A, device=dev)[None, :] < self.num_actions[:, None]
 
         ip = arrays.infoset_player
         self.infoset_slices = []
@@ -391,7 +401,7 @@ class GameTree:
         par_infoset = np.where(has_par, arrays.infoset[np.maximum(par, 0)], -1)
         edge_flat = np.where(par_kind == DECISION, par_infoset * A + arrays.slot, 0)
         self.edge_is_decision = t(par_kind == DECISION, torch.bool)
-        self.edge_flat = t(edge_flat)                                  # [H]
+        self.edge_flat = t(edge_flat)  # [H]
         self.edge_player = t(np.where(par_kind == DECISION, par_player, -1))  # [H]
         self.chance_prob = t(np.where(par_kind == CHANCE, arrays.chance_prob, 0.0), dtype)
         # Per level: (lo, hi, parent indices relative to the whole tree)
@@ -408,15 +418,13 @@ class GameTree:
         src[chance_edges] = self.num_infosets * A + np.arange(len(chance_edges))
         self.edge_src = t(src)
         self.chance_values = t(arrays.chance_prob[chance_edges], dtype)
-        owner = np.where(par_kind == DECISION, par_player,
-                         np.where(par_kind == CHANCE, self.num_players, -1))
+        owner = np.where(par_kind == DECISION, par_player, np.where(par_kind == CHANCE, self.num_players, -1))
         self.edge_owner = owner
         # Per player: [H, 2] rows of (own factor, everyone else's factor).
         self.split_src = []
         for p in range(self.num_players):
             mine = owner == p
-            pair = np.stack([np.where(mine, src, self.one_row),
-                             np.where(mine, self.one_row, src)], 1)
+            pair = np.stack([np.where(mine, src, self.one_row), np.where(mine, self.one_row, src)], 1)
             self.split_src.append(t(pair.reshape(-1)))
         # [H, N+1]: each player's factor and chance's.
         cols = [np.where(owner == q, src, self.one_row) for q in range(self.num_players + 1)]
@@ -424,7 +432,7 @@ class GameTree:
         # Utility of each player at every node (zero off the terminals), node-major.
         un = np.zeros((self.num_nodes, self.num_players))
         un[arrays.terminals] = arrays.utility
-        self.node_utility = t(un, dtype)                         # [H, N]
+        self.node_utility = t(un, dtype)  # [H, N]
 
         # Decision nodes of each player and the edges out of them.
         kind = arrays.kind
@@ -450,9 +458,11 @@ class GameTree:
 
     # ------------------------------------------------------------------ info
     def __repr__(self) -> str:
-        return (f"GameTree({self.game!r}, players={self.num_players}, histories={self.num_nodes:,}, "
-                f"infosets={self.num_infosets:,}, max_actions={self.max_actions}, "
-                f"depth={self.max_depth}, device={self.device})")
+        return (
+            f"GameTree({self.game!r}, players={self.num_players}, histories={self.num_nodes:,}, "
+            f"infosets={self.num_infosets:,}, max_actions={self.max_actions}, "
+            f"depth={self.max_depth}, device={self.device})"
+        )
 
     def player_infosets(self, player: int) -> slice:
         return self.infoset_slices[player]
@@ -474,8 +484,9 @@ class GameTree:
 
     def random_policy(self, batch: int = 1, seed: int = 0) -> torch.Tensor:
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        x = torch.rand(batch, self.num_infosets, self.max_actions, generator=gen,
-                       dtype=self.dtype).to(self.device)
+        x = torch.rand(batch, self.num_infosets, self.max_actions, generator=gen, dtype=self.dtype).to(
+            self.device
+        )
         x = x * self.legal_mask
         return x / x.sum(-1, keepdim=True)
 
@@ -492,8 +503,7 @@ class GameTree:
 
         if policy.dim() == 3:
             if policy.shape[0] != 1:
-                raise ValueError("to_tabular_policy takes one policy, not a batch of "
-                                 f"{policy.shape[0]}")
+                raise ValueError(f"to_tabular_policy takes one policy, not a batch of {policy.shape[0]}")
             policy = policy[0]
         game = game if game is not None else load_openspiel_game(self.game)
         tab = os_policy.TabularPolicy(game)
@@ -520,8 +530,7 @@ class GameTree:
                 n = int(self.arrays.num_actions[i])
                 out[i, :n] = arr[tab_lookup[key]][self.arrays.actions[i, :n]]
         else:
-            raise TypeError("from_openspiel_policy needs a TabularPolicy "
-                            f"(got {type(pol).__name__})")
+            raise TypeError(f"from_openspiel_policy needs a TabularPolicy (got {type(pol).__name__})")
         return torch.as_tensor(out, dtype=self.dtype, device=self.device).unsqueeze(0)
 
     def flat_index(self, idx: torch.Tensor, k: int) -> torch.Tensor:
@@ -569,16 +578,22 @@ class GameTree:
         if policy.dim() != 3 or tuple(policy.shape[1:]) != (self.num_infosets, self.max_actions):
             raise ValueError(
                 f"policy must have shape [B, {self.num_infosets}, {self.max_actions}] for "
-                f"{self.game}, got {tuple(policy.shape)}")
+                f"{self.game}, got {tuple(policy.shape)}"
+            )
         return policy.to(self.device, self.dtype)
 
 
 _MEMO: dict[tuple[str, str, torch.dtype], GameTree] = {}
 
 
-def load_game(game: str, device: str | torch.device = "auto", *, cache: bool = True,
-              dtype: torch.dtype = torch.float64,
-              max_nodes: int = DEFAULT_MAX_NODES) -> GameTree:
+def load_game(
+    game: str,
+    device: str | torch.device = "auto",
+    *,
+    cache: bool = True,
+    dtype: torch.dtype = torch.float64,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> GameTree:
     """The tensor tree of the OpenSpiel game ``game`` on ``device``.
 
     Built once (seconds for Leduc, a few minutes for 3-player Leduc), then read

@@ -96,28 +96,34 @@ def _compact_groups(groups, batch: int, device) -> tuple[torch.Tensor, int]:
     return inverse, int(uniq.numel())
 
 
-def _normalise_in_groups(x: torch.Tensor, groups: torch.Tensor, num_groups: int,
-                         scale: bool, eps: float) -> torch.Tensor:
+def _normalise_in_groups(
+    x: torch.Tensor, groups: torch.Tensor, num_groups: int, scale: bool, eps: float
+) -> torch.Tensor:
     """(x - mean_g) / (std_g + eps) column-wise for x [B, R]; 0 for singleton and constant groups."""
     B, R = x.shape
     idx = groups.unsqueeze(1).expand(B, R)
-    count = torch.bincount(groups, minlength=num_groups).to(x.dtype).unsqueeze(1)   # [G, 1]
+    count = torch.bincount(groups, minlength=num_groups).to(x.dtype).unsqueeze(1)  # [G, 1]
     total = torch.zeros(num_groups, R, dtype=x.dtype, device=x.device).scatter_add_(0, idx, x)
     mean = total / count
     centred = x - mean[groups]
     # Constant groups are detected exactly (max == min), not by a rounding-prone std == 0.
-    hi = torch.full((num_groups, R), -torch.inf, dtype=x.dtype, device=x.device).scatter_reduce(0, idx, x, "amax")
-    lo = torch.full((num_groups, R), torch.inf, dtype=x.dtype, device=x.device).scatter_reduce(0, idx, x, "amin")
-    degenerate = ((count <= 1) | (hi == lo))[groups]                                  # [B, R]
+    hi = torch.full((num_groups, R), -torch.inf, dtype=x.dtype, device=x.device).scatter_reduce(
+        0, idx, x, "amax"
+    )
+    lo = torch.full((num_groups, R), torch.inf, dtype=x.dtype, device=x.device).scatter_reduce(
+        0, idx, x, "amin"
+    )
+    degenerate = ((count <= 1) | (hi == lo))[groups]  # [B, R]
     if scale:
-        sq = torch.zeros(num_groups, R, dtype=x.dtype, device=x.device).scatter_add_(0, idx, centred ** 2)
-        std = torch.sqrt(sq / (count - 1).clamp(min=1))                                # unbiased (n - 1)
+        sq = torch.zeros(num_groups, R, dtype=x.dtype, device=x.device).scatter_add_(0, idx, centred**2)
+        std = torch.sqrt(sq / (count - 1).clamp(min=1))  # unbiased (n - 1)
         centred = centred / (std[groups] + eps)
     return torch.where(degenerate, torch.zeros_like(centred), centred)
 
 
-def grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, weights=None,
-                    scale: bool = True, eps: float = TRL_EPS) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, weights=None, scale: bool = True, eps: float = TRL_EPS
+) -> torch.Tensor:
     """GRPO advantages [B]: weighted reward sum, normalised within each group.
 
     Args:
@@ -131,12 +137,13 @@ def grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, weights=None,
     r = _as_matrix(rewards)
     w = _weights(weights, r.shape[1], r)
     g, G = _compact_groups(groups, r.shape[0], r.device)
-    total = (r * w).sum(dim=1, keepdim=True)                                           # r_i = sum_k w_k r_ik
+    total = (r * w).sum(dim=1, keepdim=True)  # r_i = sum_k w_k r_ik
     return _normalise_in_groups(total, g, G, scale, eps).squeeze(1)
 
 
-def gdpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, weights=None,
-                    eps: float = TRL_EPS) -> torch.Tensor:
+def gdpo_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, weights=None, eps: float = TRL_EPS
+) -> torch.Tensor:
     """GDPO advantages [B]: each reward normalised within its group, weighted sum, batch-normalised.
 
     Args:
@@ -149,7 +156,7 @@ def gdpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, weights=None,
     r = _as_matrix(rewards)
     w = _weights(weights, r.shape[1], r)
     g, G = _compact_groups(groups, r.shape[0], r.device)
-    per_reward = _normalise_in_groups(r, g, G, True, eps)                              # A_ik
-    s = (per_reward * w).sum(dim=1, keepdim=True)                                      # s_i = sum_k w_k A_ik
+    per_reward = _normalise_in_groups(r, g, G, True, eps)  # A_ik
+    s = (per_reward * w).sum(dim=1, keepdim=True)  # s_i = sum_k w_k A_ik
     whole_batch = torch.zeros(r.shape[0], dtype=torch.long, device=r.device)
     return _normalise_in_groups(s, whole_batch, 1, True, eps).squeeze(1)

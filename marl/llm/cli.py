@@ -47,8 +47,14 @@ def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) ->
     for s, hist in runs.items():
         ev = [h for h in hist if h["kind"] == "eval"]
         ax.plot([h["step"] for h in ev], [h["reward"] for h in ev], "-", lw=1, alpha=0.6, label=f"seed {s}")
-    ax.plot([m["step"] for m in mean], [m["reward"] for m in mean], "o-", color="k", lw=2,
-            label=f"mean of {len(runs)} seeds")
+    ax.plot(
+        [m["step"] for m in mean],
+        [m["reward"] for m in mean],
+        "o-",
+        color="k",
+        lw=2,
+        label=f"mean of {len(runs)} seeds",
+    )
     sft = [h["step"] for hist in runs.values() for h in hist if h["kind"] == "sft"]
     if sft:
         ax.axvline(max(sft), color="C3", ls=":", lw=1, label="end of SFT warm start")
@@ -82,7 +88,9 @@ def make_command(name: str):
         out: str = typer.Option(..., help="Run directory (one sub-directory per seed)."),
         steps: int | None = typer.Option(None, help="GRPO steps."),
         sft_steps: int | None = typer.Option(None, "--sft-steps", help="Supervised warm-start steps first."),
-        eval_every: int | None = typer.Option(None, "--eval-every", help="Held-out evaluation every N GRPO steps."),
+        eval_every: int | None = typer.Option(
+            None, "--eval-every", help="Held-out evaluation every N GRPO steps."
+        ),
         seeds: list[int] = typer.Option([0], "--seeds", help="One run per seed, e.g. --seeds 0 1."),
         lr: float | None = typer.Option(None, help="GRPO learning rate."),
         kl_beta: float | None = typer.Option(None, "--kl-beta", help="KL penalty to the frozen base model."),
@@ -90,12 +98,18 @@ def make_command(name: str):
         loss_type: str | None = typer.Option(None, "--loss-type", help="grpo, bnpo or dr_grpo."),
         model: str | None = typer.Option(None, help="Base model URI (default: the embedded model)."),
         recipe: str | None = typer.Option(None, "--recipe", help="Recipe options as a JSON object."),
-        config: str | None = typer.Option(None, "--config", help="YAML file with 'recipe' and 'train' sections."),
+        config: str | None = typer.Option(
+            None, "--config", help="YAML file with 'recipe' and 'train' sections."
+        ),
         threads: int | None = typer.Option(None, help="torch CPU threads."),
-        rollout_workers: int | None = typer.Option(None, "--rollout-workers", help="Ray actors for rollouts."),
+        rollout_workers: int | None = typer.Option(
+            None, "--rollout-workers", help="Ray actors for rollouts."
+        ),
         serve: str | None = typer.Option(None, help="'vllm:MODEL_DIR' to generate rollouts with vLLM."),
         resume: bool = typer.Option(False, "--resume", help="Continue the runs from their checkpoints."),
-        json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object on the last line."),
+        json_out: bool = typer.Option(
+            False, "--json", help="Print the result as one JSON object on the last line."
+        ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages."),
     ) -> None:
         from pydantic import ValidationError
@@ -104,17 +118,30 @@ def make_command(name: str):
         from societas.marl.llm.recipes import RECIPES
         from societas.marl.llm.trainer import CheckpointError
 
-        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                            format="%(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        )
         recipe_kw, train_kw = _load_config(config)
         if recipe:
             recipe_kw.update(_json_object("--recipe", recipe))
         grpo = dict(train_kw.pop("grpo", {}) or {})
-        for key, val in (("lr", lr), ("kl_beta", kl_beta), ("advantage", advantage), ("loss_type", loss_type)):
+        for key, val in (
+            ("lr", lr),
+            ("kl_beta", kl_beta),
+            ("advantage", advantage),
+            ("loss_type", loss_type),
+        ):
             if val is not None:
                 grpo[key] = val
-        for key, val in (("steps", steps), ("sft_steps", sft_steps), ("eval_every", eval_every), ("model", model),
-                         ("threads", threads), ("rollout_workers", rollout_workers), ("serve", serve)):
+        for key, val in (
+            ("steps", steps),
+            ("sft_steps", sft_steps),
+            ("eval_every", eval_every),
+            ("model", model),
+            ("threads", threads),
+            ("rollout_workers", rollout_workers),
+            ("serve", serve),
+        ):
             if val is not None:
                 train_kw[key] = val
         cls = RECIPES[name]
@@ -140,20 +167,34 @@ def make_command(name: str):
             results.append(res.to_dict() | {"seed": s})
         mean = plot_seeds(runs, root / "heldout.png", f"{name}: held-out reward")
         before, after = mean[0], mean[-1]
-        lines = [f"# {name}: held-out reward over {len(seeds)} seed(s)", "",
-                 "| step | mean | std | runs |", "|---|---|---|---|"]
+        lines = [
+            f"# {name}: held-out reward over {len(seeds)} seed(s)",
+            "",
+            "| step | mean | std | runs |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| {m['step']} | {m['reward']:.4f} | {m['std']:.4f} | {m['runs']} |" for m in mean]
         lines += ["", f"Before: {before['reward']:.4f}; after: {after['reward']:.4f}."]
         (root / "summary.md").write_text("\n".join(lines) + "\n")
-        summary = {"recipe": name, "seeds": list(seeds), "out": str(root),
-                   "heldout_before": before["reward"], "heldout_after": after["reward"],
-                   "curve": [{k: (round(v, 5) if isinstance(v, float) and math.isfinite(v) else v)
-                              for k, v in m.items()} for m in mean], "runs": results}
+        summary = {
+            "recipe": name,
+            "seeds": list(seeds),
+            "out": str(root),
+            "heldout_before": before["reward"],
+            "heldout_after": after["reward"],
+            "curve": [
+                {k: (round(v, 5) if isinstance(v, float) and math.isfinite(v) else v) for k, v in m.items()}
+                for m in mean
+            ],
+            "runs": results,
+        }
         if json_out:
             typer.echo(json.dumps(summary))
         else:
-            typer.echo(f"{name}: held-out reward {before['reward']:.4f} -> {after['reward']:.4f} "
-                       f"(mean of {len(seeds)} seed(s)); runs in {root}")
+            typer.echo(
+                f"{name}: held-out reward {before['reward']:.4f} -> {after['reward']:.4f} "
+                f"(mean of {len(seeds)} seed(s)); runs in {root}"
+            )
 
     command.__doc__ = f"Train the '{name}' recipe with GRPO and write run directories."
     return command

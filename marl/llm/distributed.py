@@ -49,8 +49,9 @@ def _import_ray() -> Any:
 class _Worker:
     """One rollout actor: its own models (as in the loop's process) and the recipe."""
 
-    def __init__(self, recipe: Recipe, model: str, device: str, threads: int | None,
-                 grpo: GRPOConfig | None = None) -> None:
+    def __init__(
+        self, recipe: Recipe, model: str, device: str, threads: int | None, grpo: GRPOConfig | None = None
+    ) -> None:
         from societas.marl.llm.loop import TrainConfig, _Backend
 
         if threads:
@@ -61,7 +62,9 @@ class _Worker:
         cfg = TrainConfig(model=model, device=device, threads=threads, grpo=grpo or GRPOConfig())
         self.backend = _Backend(cfg, recipe)
 
-    def run(self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None) -> list[EpisodeResult]:
+    def run(
+        self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None
+    ) -> list[EpisodeResult]:
         if weights:
             import ray
 
@@ -92,10 +95,19 @@ class RayRollouts:
     :meth:`close` shuts it down only if this object started it.
     """
 
-    def __init__(self, recipe: Recipe, model: str, n_workers: int, *, device: str = "auto",
-                 threads: int | None = None, grpo: GRPOConfig | None = None,
-                 ray_init_kwargs: Mapping[str, Any] | None = None, num_cpus: float = 1,
-                 num_gpus: float = 0) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        model: str,
+        n_workers: int,
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        grpo: GRPOConfig | None = None,
+        ray_init_kwargs: Mapping[str, Any] | None = None,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+    ) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, got {n_workers}")
         ray = _import_ray()
@@ -103,16 +115,24 @@ class RayRollouts:
         self._started_ray = False
         self._actors: list[Any] = []
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True,
-                                  # enough logical CPUs that every actor can be placed
-                                  "num_cpus": max(os.cpu_count() or 1, math.ceil(n_workers * num_cpus))}
+            kw: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": True,
+                # enough logical CPUs that every actor can be placed
+                "num_cpus": max(os.cpu_count() or 1, math.ceil(n_workers * num_cpus)),
+            }
             kw.update(ray_init_kwargs or {})
             ray.init(**kw)
             self._started_ray = True
         free = ray.available_resources().get("CPU", 0.0)
         if free < n_workers * num_cpus:
-            log.warning("Ray has %.1f free CPUs for %d rollout workers of %s CPUs each: they wait until it has "
-                        "more (pass num_cpus= lower, or stop other actors)", free, n_workers, num_cpus)
+            log.warning(
+                "Ray has %.1f free CPUs for %d rollout workers of %s CPUs each: they wait until it has "
+                "more (pass num_cpus= lower, or stop other actors)",
+                free,
+                n_workers,
+                num_cpus,
+            )
         actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_Worker)
         self._actors = [actor.remote(recipe, model, device, threads, grpo) for _ in range(n_workers)]
         # Surface model-loading errors here rather than at the first run.
@@ -135,16 +155,25 @@ class RayRollouts:
                 raise RuntimeError(f"rollout worker {i} of {len(refs)} {w}: {e}") from e
         return out
 
-    def run(self, episodes: Sequence[Episode], *, train: bool,
-            weights: Mapping[str, Mapping[str, torch.Tensor]] | None = None) -> list[EpisodeResult]:
+    def run(
+        self,
+        episodes: Sequence[Episode],
+        *,
+        train: bool,
+        weights: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+    ) -> list[EpisodeResult]:
         """Run ``episodes`` over the actors (after loading ``weights``: ``{policy: state_dict}``)."""
         if not self._actors:
             raise RuntimeError("RayRollouts is closed")
         episodes = list(episodes)
         refs = {name: self._ray.put(sd) for name, sd in weights.items()} if weights else None
-        shards = _shards(len(episodes), len(self._actors))  # an empty shard (fewer episodes than actors) runs nothing
-        calls = [a.run.remote(episodes[s], train, refs) if s.stop > s.start else self._ray.put([])
-                 for a, s in zip(self._actors, shards)]
+        shards = _shards(
+            len(episodes), len(self._actors)
+        )  # an empty shard (fewer episodes than actors) runs nothing
+        calls = [
+            a.run.remote(episodes[s], train, refs) if s.stop > s.start else self._ray.put([])
+            for a, s in zip(self._actors, shards)
+        ]
         what = [f"raised on episodes [{s.start}:{s.stop}]" for s in shards]
         results = [r for rs in self._get(calls, what) for r in rs]
         if len(results) != len(episodes):

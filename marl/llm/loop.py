@@ -112,8 +112,10 @@ class EpisodeResult:
 
     def __post_init__(self) -> None:
         if not (len(self.samples) == len(self.rewards) == len(self.groups)):
-            raise ValueError(f"an episode result needs one reward and one group per sample: {len(self.samples)} "
-                             f"samples, {len(self.rewards)} rewards, {len(self.groups)} groups")
+            raise ValueError(
+                f"an episode result needs one reward and one group per sample: {len(self.samples)} "
+                f"samples, {len(self.rewards)} rewards, {len(self.groups)} groups"
+            )
 
 
 class Recipe(ABC):
@@ -141,7 +143,9 @@ class Recipe(ABC):
         """The fixed held-out episodes (the same at every evaluation)."""
 
     @abstractmethod
-    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+    def run_episodes(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
+    ) -> list[EpisodeResult]:
         """Run ``episodes`` (one result each, in order)."""
 
     def trained_policies(self, step: int) -> tuple[str, ...]:
@@ -162,9 +166,13 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("embedded", description="base model URI for every policy and the frozen roles (a local model)")
+    model: str = Field(
+        "embedded", description="base model URI for every policy and the frozen roles (a local model)"
+    )
     steps: int = Field(10, ge=0, description="GRPO steps")
-    sft_steps: int = Field(0, ge=0, description="supervised warm-start steps before GRPO (recipes that have data)")
+    sft_steps: int = Field(
+        0, ge=0, description="supervised warm-start steps before GRPO (recipes that have data)"
+    )
     sft_lr: float = Field(5e-5, gt=0.0)
     eval_every: int = Field(2, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0: only at the end")
@@ -172,9 +180,14 @@ class TrainConfig(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default)")
     device: str = "auto"
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    serve: str | None = Field(None, description="'vllm:MODEL' to generate the policies' rollouts with vLLM "
-                              "(the same weights as 'model'; updated weights are pushed after every step)")
-    serve_kwargs: dict[str, Any] = Field(default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)")
+    serve: str | None = Field(
+        None,
+        description="'vllm:MODEL' to generate the policies' rollouts with vLLM "
+        "(the same weights as 'model'; updated weights are pushed after every step)",
+    )
+    serve_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)"
+    )
     rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
 
 
@@ -187,8 +200,13 @@ class TrainResult:
     wall_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"out": str(self.out), "first_eval": self.first_eval, "last_eval": self.last_eval,
-                "wall_s": round(self.wall_s, 2), "steps": sum(1 for h in self.history if h["kind"] == "train")}
+        return {
+            "out": str(self.out),
+            "first_eval": self.first_eval,
+            "last_eval": self.last_eval,
+            "wall_s": round(self.wall_s, 2),
+            "steps": sum(1 for h in self.history if h["kind"] == "train"),
+        }
 
 
 def policy_tokenizer(llm: Any, recipe: str) -> Any:
@@ -196,21 +214,31 @@ def policy_tokenizer(llm: Any, recipe: str) -> Any:
     backend without one (a remote or function LLM) is an error, not an empty batch."""
     tok = getattr(llm, "tokenizer", None)
     if tok is None:
-        raise ValueError(f"training the {recipe} policies needs a local model with a tokenizer "
-                         f"(e.g. TransformersLLM); got {type(llm).__name__}")
+        raise ValueError(
+            f"training the {recipe} policies needs a local model with a tokenizer "
+            f"(e.g. TransformersLLM); got {type(llm).__name__}"
+        )
     return tok
 
 
-def sample_from_completion(policy: str, prompt: Any, completion: Any, tokenizer: Any, group: str,
-                           meta: dict[str, Any] | None = None) -> TokenSample:
+def sample_from_completion(
+    policy: str, prompt: Any, completion: Any, tokenizer: Any, group: str, meta: dict[str, Any] | None = None
+) -> TokenSample:
     """A :class:`TokenSample` from one direct ``generate`` call (outside a Runtime graph)."""
     from societas.agents.llm.base import encode_with_tokenizer
 
     if not completion.token_ids:
         raise ValueError("the completion has no token ids (ask a local backend, e.g. TransformersLLM)")
     lps = list(completion.logprobs) if completion.logprobs is not None else None
-    return TokenSample(policy, encode_with_tokenizer(tokenizer, [prompt])[0], list(completion.token_ids),
-                       [1] * len(completion.token_ids), lps, group, dict(meta or {}))
+    return TokenSample(
+        policy,
+        encode_with_tokenizer(tokenizer, [prompt])[0],
+        list(completion.token_ids),
+        [1] * len(completion.token_ids),
+        lps,
+        group,
+        dict(meta or {}),
+    )
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -246,8 +274,10 @@ class _Backend:
 
         base = load_llm(cfg.model)
         if not isinstance(base, TransformersLLM):
-            raise ValueError(f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
-                             "(use 'embedded', 'hf:PATH' or 'gguf:FILE')")
+            raise ValueError(
+                f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
+                "(use 'embedded', 'hf:PATH' or 'gguf:FILE')"
+            )
         if cfg.device != "auto":
             base.model.to(cfg.device)
             base.device = torch.device(cfg.device)
@@ -263,8 +293,9 @@ class _Backend:
             gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
             ref = base.model if gcfg.kl_beta > 0 else None
             self.trainers[name] = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
-            self.serving[name] = TransformersLLM(self.trainers[name].model, self.tokenizer, device=base.device,
-                                                 name=f"{base.name}:{name}")
+            self.serving[name] = TransformersLLM(
+                self.trainers[name].model, self.tokenizer, device=base.device, name=f"{base.name}:{name}"
+            )
         self.vllm: dict[str, Any] = {}
         if cfg.serve is not None:
             if not cfg.serve.startswith("vllm:"):
@@ -286,7 +317,10 @@ class _Backend:
             tr.sync_to(self.vllm[name])
 
     def state_dicts(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {n: {k: v.detach().cpu() for k, v in t.model.state_dict().items()} for n, t in self.trainers.items()}
+        return {
+            n: {k: v.detach().cpu() for k, v in t.model.state_dict().items()}
+            for n, t in self.trainers.items()
+        }
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
@@ -316,7 +350,11 @@ def _save(root: Path, backend: _Backend, loop_state: dict[str, Any]) -> Path:
         raise
     _atomic_write(root / "LATEST", name + "\n")
     for old in root.iterdir():
-        if old.is_dir() and old.name != name and (old.name.startswith("step-") or old.name.startswith(".tmp-")):
+        if (
+            old.is_dir()
+            and old.name != name
+            and (old.name.startswith("step-") or old.name.startswith(".tmp-"))
+        ):
             shutil.rmtree(old, ignore_errors=True)
     return root / name
 
@@ -346,9 +384,21 @@ def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> N
     evals = [h for h in history if h["kind"] == "eval"]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     if train:
-        ax.plot([h["step"] for h in train], [h["reward"] for h in train], color="0.6", lw=1, label="training reward")
+        ax.plot(
+            [h["step"] for h in train],
+            [h["reward"] for h in train],
+            color="0.6",
+            lw=1,
+            label="training reward",
+        )
     if evals:
-        ax.plot([h["step"] for h in evals], [h["reward"] for h in evals], "o-", color="C0", label="held-out reward")
+        ax.plot(
+            [h["step"] for h in evals],
+            [h["reward"] for h in evals],
+            "o-",
+            color="C0",
+            label="held-out reward",
+        )
     sft = [h["step"] for h in history if h["kind"] == "sft"]
     if sft:
         ax.axvline(max(sft), color="C3", ls=":", lw=1, label="end of SFT warm start")
@@ -364,15 +414,21 @@ def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> N
 
 def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]], wall: float) -> str:
     evals = [h for h in history if h["kind"] == "eval"]
-    lines = [f"# {recipe.name}: GRPO run", "",
-             f"- model: {cfg.model}; seed {cfg.seed}; {cfg.sft_steps} SFT steps, {cfg.steps} GRPO steps; "
-             f"advantage {cfg.grpo.advantage}, loss {cfg.grpo.loss_type}, lr {cfg.grpo.lr}, KL beta {cfg.grpo.kl_beta}",
-             f"- wall time: {wall:.0f} s", ""]
+    lines = [
+        f"# {recipe.name}: GRPO run",
+        "",
+        f"- model: {cfg.model}; seed {cfg.seed}; {cfg.sft_steps} SFT steps, {cfg.steps} GRPO steps; "
+        f"advantage {cfg.grpo.advantage}, loss {cfg.grpo.loss_type}, lr {cfg.grpo.lr}, KL beta {cfg.grpo.kl_beta}",
+        f"- wall time: {wall:.0f} s",
+        "",
+    ]
     if evals:
         keys = list(dict.fromkeys(k for e in evals for k in e if k not in ("kind", "step", "time_s")))
         lines += ["| step | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
         for e in evals:
-            lines.append(f"| {e['step']} | " + " | ".join(f"{e.get(k, float('nan')):.3f}" for k in keys) + " |")
+            lines.append(
+                f"| {e['step']} | " + " | ".join(f"{e.get(k, float('nan')):.3f}" for k in keys) + " |"
+            )
         lines += ["", f"Held-out reward: {evals[0]['reward']:.3f} before, {evals[-1]['reward']:.3f} after."]
     return "\n".join(lines) + "\n"
 
@@ -380,33 +436,45 @@ def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]]
 # -- the loop ----------------------------------------------------------------------------------------
 
 
-def _run(recipe: Recipe, backend: _Backend, pool: Any, episodes: Sequence[Episode], train: bool) -> list[EpisodeResult]:
+def _run(
+    recipe: Recipe, backend: _Backend, pool: Any, episodes: Sequence[Episode], train: bool
+) -> list[EpisodeResult]:
     if pool is not None:
         return pool.run(episodes, train=train, weights=backend.state_dicts())
     return recipe.run_episodes(backend.llms(), episodes, train=train)
 
 
-def _evaluate(recipe: Recipe, backend: _Backend, pool: Any, cfg: TrainConfig, step: int,
-              rollouts: Path) -> dict[str, Any]:
+def _evaluate(
+    recipe: Recipe, backend: _Backend, pool: Any, cfg: TrainConfig, step: int, rollouts: Path
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     eps = recipe.eval_episodes(cfg.seed)
     res = _run(recipe, backend, pool, eps, train=False)
     row = {"kind": "eval", "step": step, **_mean_metrics(res), "time_s": round(time.perf_counter() - t0, 2)}
     if "reward" not in row:
         raise ValueError(f"recipe {recipe.name!r}: evaluation episodes must report a 'reward' metric")
-    _append_jsonl(rollouts, [{"kind": "eval", "step": step, "episode": e.index, **r.record}
-                             for e, r in zip(eps, res)])
+    _append_jsonl(
+        rollouts, [{"kind": "eval", "step": step, "episode": e.index, **r.record} for e, r in zip(eps, res)]
+    )
     return row
 
 
-def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | Path = "runs/llm", *,
-          resume: bool = False, progress: bool = False) -> TrainResult:
+def train(
+    recipe: Recipe,
+    config: TrainConfig | dict | None = None,
+    out: str | Path = "runs/llm",
+    *,
+    resume: bool = False,
+    progress: bool = False,
+) -> TrainResult:
     """Train ``recipe``'s policies; write the run directory ``out`` (see the module docstring)."""
     cfg = config if isinstance(config, TrainConfig) else TrainConfig(**(config or {}))
     out = Path(out)
     ckpt_root = out / "checkpoint"
     if out.exists() and any(out.iterdir()) and not resume:
-        raise FileExistsError(f"run directory {out} is not empty: pass resume=True to continue it, or choose another")
+        raise FileExistsError(
+            f"run directory {out} is not empty: pass resume=True to continue it, or choose another"
+        )
     out.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -427,8 +495,11 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
         # Lines written after the checkpoint are redone: drop them so nothing is counted twice.
         _atomic_write(metrics_path, "".join(json.dumps(h) + "\n" for h in history))
         if rollouts_path.exists():
-            kept = [ln for ln in rollouts_path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= start]
+            kept = [
+                ln
+                for ln in rollouts_path.read_text().splitlines()
+                if ln.strip() and json.loads(ln).get("step", 0) <= start
+            ]
             _atomic_write(rollouts_path, "".join(ln + "\n" for ln in kept))
         log.info("resumed %s at step %d", out, start)
     else:
@@ -454,8 +525,9 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
         if cfg.rollout_workers > 0:
             from societas.marl.llm.distributed import RayRollouts
 
-            pool = RayRollouts(recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads,
-                                  grpo=cfg.grpo)
+            pool = RayRollouts(
+                recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads, grpo=cfg.grpo
+            )
         # Supervised warm start (the loop's step counter covers SFT steps first, then GRPO steps).
         if start < cfg.sft_steps:
             for pol, tr in backend.trainers.items():
@@ -485,8 +557,13 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
                 results = _run(recipe, backend, pool, episodes, train=True)
                 row["rollout_s"] = round(time.perf_counter() - t_gen, 2)
                 row.update(_mean_metrics(results))
-                _append_jsonl(rollouts_path, [{"kind": "train", "step": step + 1, "episode": e.index, **r.record}
-                                              for e, r in zip(episodes, results)])
+                _append_jsonl(
+                    rollouts_path,
+                    [
+                        {"kind": "train", "step": step + 1, "episode": e.index, **r.record}
+                        for e, r in zip(episodes, results)
+                    ],
+                )
                 t_upd = time.perf_counter()
                 for pol in recipe.trained_policies(gstep):
                     samples = [s for r in results for s in r.samples if s.policy == pol]
@@ -507,7 +584,11 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
             row["time_s"] = round(time.perf_counter() - t0, 2)
             log_row(row)
             done = step + 1
-            if done > cfg.sft_steps and ((done - cfg.sft_steps) % cfg.eval_every == 0 or done == total) or done == cfg.sft_steps:
+            if (
+                done > cfg.sft_steps
+                and ((done - cfg.sft_steps) % cfg.eval_every == 0 or done == total)
+                or done == cfg.sft_steps
+            ):
                 log_row(_evaluate(recipe, backend, pool, cfg, done, rollouts_path))
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == total:
                 checkpoint(done)
@@ -523,13 +604,17 @@ def train(recipe: Recipe, config: TrainConfig | dict | None = None, out: str | P
     _atomic_write(out / "summary.md", _summary(recipe, cfg, history, wall))
     evals = [h for h in history if h["kind"] == "eval"]
     strip = lambda e: {k: v for k, v in e.items() if k not in ("kind",)}
-    return TrainResult(out, history, strip(evals[0]) if evals else {}, strip(evals[-1]) if evals else {}, wall)
+    return TrainResult(
+        out, history, strip(evals[0]) if evals else {}, strip(evals[-1]) if evals else {}, wall
+    )
 
 
 def _group_tensor(groups: Sequence[Hashable]) -> torch.Tensor:
     from societas.marl.llm.advantages import group_ids
 
-    return torch.as_tensor(group_ids([g if isinstance(g, Hashable) else repr(g) for g in groups]), dtype=torch.long)
+    return torch.as_tensor(
+        group_ids([g if isinstance(g, Hashable) else repr(g) for g in groups]), dtype=torch.long
+    )
 
 
 def mean_curves(histories: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, float]]:

@@ -42,11 +42,18 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1.0))
 
 
-def policy_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, ref_logp: torch.Tensor | None = None,
-                clip_eps: float = 0.2, clip_eps_high: float | None = None, kl_beta: float = 0.0,
-                loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo",
-                max_completion_length: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_beta: float = 0.0,
+    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo",
+    max_completion_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped GRPO surrogate with optional k3 KL penalty.
 
     Args:
@@ -79,15 +86,15 @@ def policy_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torc
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
 
     m = mask.to(new_logp.dtype)
-    A = advantages.to(new_logp.dtype).unsqueeze(1)                                     # [B, 1]
-    ratio = torch.exp(new_logp - old_logp.detach())                                    # rho
+    A = advantages.to(new_logp.dtype).unsqueeze(1)  # [B, 1]
+    ratio = torch.exp(new_logp - old_logp.detach())  # rho
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
-    per_token = -torch.min(ratio * A, clipped * A)                                     # -min(rho A, clip(rho) A)
+    per_token = -torch.min(ratio * A, clipped * A)  # -min(rho A, clip(rho) A)
 
     kl = None
     if ref_logp is not None:
         d = ref_logp.detach() - new_logp
-        kl = torch.exp(d) - d - 1.0                                                    # k3
+        kl = torch.exp(d) - d - 1.0  # k3
         if kl_beta != 0.0:
             per_token = per_token + kl_beta * kl
 

@@ -213,7 +213,10 @@ class TokenRecorder:
         prompts: Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[list[Completion]]:
-        plist = [p if p.logprobs else p.model_copy(update={"logprobs": True}) for p in broadcast_params(params, len(prompts))]
+        plist = [
+            p if p.logprobs else p.model_copy(update={"logprobs": True})
+            for p in broadcast_params(params, len(prompts))
+        ]
         outs = self.llm.generate(prompts, plist)
         for prompt, comps in zip(prompts, outs):
             key = _prompt_key(prompt)
@@ -257,7 +260,9 @@ class TokenSample:
     def __post_init__(self) -> None:
         n = len(self.completion_ids)
         if len(self.completion_mask) != n:
-            raise ValueError(f"completion_mask has {len(self.completion_mask)} entries for {n} completion tokens")
+            raise ValueError(
+                f"completion_mask has {len(self.completion_mask)} entries for {n} completion tokens"
+            )
         if self.old_logprobs is not None and len(self.old_logprobs) != n:
             raise ValueError(f"old_logprobs has {len(self.old_logprobs)} entries for {n} completion tokens")
         if not self.prompt_ids:
@@ -320,10 +325,14 @@ def _completion_of(
     lps = meta.get(LOGPROBS_KEY) if source == "trace" else None
     if lps is None:
         if require_logprobs:
-            why = "re-tokenised text has no generation logprobs" if source == "retokenized" else (
-                f"no logprobs (meta['{LOGPROBS_KEY}']); the backend must be asked with logprobs=True"
+            why = (
+                "re-tokenised text has no generation logprobs"
+                if source == "retokenized"
+                else (f"no logprobs (meta['{LOGPROBS_KEY}']); the backend must be asked with logprobs=True")
             )
-            raise MissingTokensError(f"{_describe(ev, i)}: {why} (pass require_logprobs=False to recompute them)")
+            raise MissingTokensError(
+                f"{_describe(ev, i)}: {why} (pass require_logprobs=False to recompute them)"
+            )
     else:
         if len(lps) != len(ids):
             raise MissingTokensError(f"{_describe(ev, i)}: {len(lps)} logprobs for {len(ids)} token ids")
@@ -511,4 +520,3 @@ def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Te
     logits = out.logits[:, -(C + 1) : -1, :].float()  # positions P-1 .. P+C-2
     targets = input_ids[:, P:].to(dev)
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-

@@ -73,8 +73,11 @@ class GRPOConfig(BaseModel):
     reward_weights: list[float] | None = None
     grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step (at least)")
     micro_batch_tokens: int | None = Field(
-        2048, ge=1, description="split further so that a micro-batch holds at most this many padded tokens "
-        "(bounds activation memory; None: grad_accum_steps alone decides)")
+        2048,
+        ge=1,
+        description="split further so that a micro-batch holds at most this many padded tokens "
+        "(bounds activation memory; None: grad_accum_steps alone decides)",
+    )
     max_grad_norm: float | None = Field(1.0, gt=0.0, description="None: no clipping (norm still reported)")
     epochs: int = Field(1, ge=1, description="optimizer steps per batch (mu)")
     seed: int = 0
@@ -131,8 +134,15 @@ class PolicyTrainer:
             this name and drops the others (with their rewards and groups).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, config: GRPOConfig | dict | None = None,
-                 ref_model: Any | None = None, *, policy: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: GRPOConfig | dict | None = None,
+        ref_model: Any | None = None,
+        *,
+        policy: str | None = None,
+    ) -> None:
         self.config = config if isinstance(config, GRPOConfig) else GRPOConfig(**(config or {}))
         if self.config.loss_type not in LOSS_TYPES:  # pragma: no cover - pydantic guards it
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
@@ -159,7 +169,9 @@ class PolicyTrainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=self.config.lr, weight_decay=self.config.weight_decay
+        )
         self.step_count = 0
 
     @property
@@ -200,8 +212,9 @@ class PolicyTrainer:
         samples = list(samples)
         rewards = torch.as_tensor(rewards, dtype=torch.float32)
         if rewards.dim() not in (1, 2) or rewards.shape[0] != len(samples):
-            raise ValueError(f"rewards must have shape [{len(samples)}] or [{len(samples)}, R], "
-                             f"got {tuple(rewards.shape)}")
+            raise ValueError(
+                f"rewards must have shape [{len(samples)}] or [{len(samples)}, R], got {tuple(rewards.shape)}"
+            )
         if groups is None:
             groups = [s.group_key for s in samples]
         if not isinstance(groups, torch.Tensor):
@@ -219,14 +232,22 @@ class PolicyTrainer:
             idx = torch.tensor(keep, dtype=torch.long)
             rewards, groups = rewards[idx], groups[idx]
         if not samples:
-            raise ValueError("no samples to train on" + (f" for policy {self.policy!r}" if self.policy else ""))
+            raise ValueError(
+                "no samples to train on" + (f" for policy {self.policy!r}" if self.policy else "")
+            )
 
         cfg = self.config
         adv = self.advantages(rewards, groups)
         dev = self.device
         has_old = all(s.old_logprobs is not None for s in samples)
-        plain = [s if has_old else TokenSample(s.policy, s.prompt_ids, s.completion_ids, s.completion_mask,
-                                               None, s.group_key, s.meta) for s in samples]
+        plain = [
+            s
+            if has_old
+            else TokenSample(
+                s.policy, s.prompt_ids, s.completion_ids, s.completion_mask, None, s.group_key, s.meta
+            )
+            for s in samples
+        ]
         batch = collate(plain, self.pad_id, device=dev)
         B, C = batch["completion_mask"].shape
         adv = adv.to(dev)
@@ -239,8 +260,10 @@ class PolicyTrainer:
         if not has_old:  # on-policy: recompute the behaviour log-probs before any update
             with torch.no_grad():
                 self.model.eval()
-                batch["old_logprobs"] = torch.cat(
-                    [sequence_logprobs(self.model, self._slice(batch, ix)) for ix in micro]).float() * mask
+                batch["old_logprobs"] = (
+                    torch.cat([sequence_logprobs(self.model, self._slice(batch, ix)) for ix in micro]).float()
+                    * mask
+                )
 
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "grad_norm": 0.0}
         try:
@@ -256,10 +279,18 @@ class PolicyTrainer:
                     if cfg.kl_beta > 0:
                         with torch.no_grad():
                             ref = sequence_logprobs(self.ref_model, mb).to(new.device)
-                    loss, met = policy_loss(new, mb["old_logprobs"].to(new.device), adv[ix], m, ref_logp=ref,
-                                            clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                                            kl_beta=cfg.kl_beta, loss_type=cfg.loss_type,
-                                            max_completion_length=L)
+                    loss, met = policy_loss(
+                        new,
+                        mb["old_logprobs"].to(new.device),
+                        adv[ix],
+                        m,
+                        ref_logp=ref,
+                        clip_eps=cfg.clip_eps,
+                        clip_eps_high=cfg.clip_eps_high,
+                        kl_beta=cfg.kl_beta,
+                        loss_type=cfg.loss_type,
+                        max_completion_length=L,
+                    )
                     if cfg.loss_type == "bnpo":
                         w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
                     else:  # grpo, dr_grpo: mean over sequences
@@ -307,9 +338,15 @@ class PolicyTrainer:
         if self.policy is not None:
             samples = [s for s in samples if s.policy == self.policy]
         if not samples:
-            raise ValueError("no samples to train on" + (f" for policy {self.policy!r}" if self.policy else ""))
-        plain = [TokenSample(s.policy, s.prompt_ids, s.completion_ids, s.completion_mask, None, s.group_key, s.meta)
-                 for s in samples]
+            raise ValueError(
+                "no samples to train on" + (f" for policy {self.policy!r}" if self.policy else "")
+            )
+        plain = [
+            TokenSample(
+                s.policy, s.prompt_ids, s.completion_ids, s.completion_mask, None, s.group_key, s.meta
+            )
+            for s in samples
+        ]
         batch = collate(plain, self.pad_id, device=self.device)
         mask = batch["completion_mask"]
         total = float(mask.sum())
@@ -406,9 +443,11 @@ class PolicyTrainer:
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, CheckpointError):
-                raise CheckpointError(f"writing {what} under {root} failed ({_root_cause(exc)}); "
-                                      f"{_size(shutil.disk_usage(root).free)} free there now; nothing of it "
-                                      "was kept and the previous checkpoint is untouched") from exc
+                raise CheckpointError(
+                    f"writing {what} under {root} failed ({_root_cause(exc)}); "
+                    f"{_size(shutil.disk_usage(root).free)} free there now; nothing of it "
+                    "was kept and the previous checkpoint is untouched"
+                ) from exc
             raise
         latest_tmp = root / f".{_LATEST}.{uuid.uuid4().hex[:8]}"
         with open(latest_tmp, "w") as f:
@@ -417,7 +456,11 @@ class PolicyTrainer:
             os.fsync(f.fileno())
         os.replace(latest_tmp, root / _LATEST)
         for old in root.iterdir():
-            if old.name != name and old.is_dir() and (old.name.startswith("ckpt-") or old.name.startswith(".tmp-")):
+            if (
+                old.name != name
+                and old.is_dir()
+                and (old.name.startswith("ckpt-") or old.name.startswith(".tmp-"))
+            ):
                 shutil.rmtree(old, ignore_errors=True)
         return final
 
@@ -457,7 +500,9 @@ class PolicyTrainer:
         (LoRA adapters merged into a copy first) and it returns ``True``.
         """
         if callable(getattr(llm, "load_weights", None)):  # VLLMLLM: push the weights into the engine
-            source = copy.deepcopy(self.model).merge_and_unload() if self.config.lora is not None else self.model
+            source = (
+                copy.deepcopy(self.model).merge_and_unload() if self.config.lora is not None else self.model
+            )
             llm.load_weights({k: v.detach() for k, v in source.state_dict().items()})
             return True
         target = llm.model
@@ -529,7 +574,14 @@ def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     copies: dict[tuple[Any, ...], torch.Tensor] = {}
     out = {}
     for k, v in state.items():
-        key = (v.device, v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
+        key = (
+            v.device,
+            v.untyped_storage().data_ptr(),
+            v.storage_offset(),
+            tuple(v.shape),
+            v.stride(),
+            v.dtype,
+        )
         if key not in copies:
             copies[key] = v.detach().cpu()
         out[k] = copies[key]

@@ -49,14 +49,18 @@ def routing_command(
     device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N"),
     eval_tasks: int | None = typer.Option(None, "--eval-tasks"),
     runtime_tasks: int | None = typer.Option(None, "--runtime-tasks"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object on the last line"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print the result as one JSON object on the last line"
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Learn whom each agent messages (GPTSwarm or G-Designer) and write the run directory."""
     from .train import RoutingConfigError, RoutingTrainConfig, train_routing
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         data: dict[str, Any] = RoutingTrainConfig.from_yaml(config).model_dump() if config is not None else {}
     except RoutingConfigError as exc:

@@ -217,7 +217,9 @@ class SkillProfile:
             for k in range(self.holder.shape[1])
             if int(self.holder[t, k]) == i
         ]
-        skills = ", ".join(f"{self.type_names[t]} {float(self.skill[i, t]):.2f}" for t in range(len(self.type_names)))
+        skills = ", ".join(
+            f"{self.type_names[t]} {float(self.skill[i, t]):.2f}" for t in range(len(self.type_names))
+        )
         held = f"You keep records of: {'; '.join(facts)}." if facts else "You hold no facts of your own."
         return f"{held} Your reliability at solving each task type: {skills}."
 
@@ -227,7 +229,11 @@ class SkillProfile:
         n, n_types, k = config.n_agents, config.n_types, config.facts_per_task
         n_hold = config.holders
         n_exp = n - n_hold - 1
-        names = [f"keeper_{i + 1}" for i in range(n_hold)] + [f"expert_{i + 1}" for i in range(n_exp)] + ["answerer"]
+        names = (
+            [f"keeper_{i + 1}" for i in range(n_hold)]
+            + [f"expert_{i + 1}" for i in range(n_exp)]
+            + ["answerer"]
+        )
         roles = ["keeper"] * n_hold + ["expert"] * n_exp + ["answerer"]
         type_names = []
         for t in range(n_types):
@@ -287,13 +293,17 @@ class TaskBatch:
         return self.uid.device
 
     def to(self, device: torch.device | str) -> TaskBatch:
-        return TaskBatch(*(getattr(self, f).to(device) for f in ("uid", "type", "values", "answer", "holder", "draws")))
+        return TaskBatch(
+            *(getattr(self, f).to(device) for f in ("uid", "type", "values", "answer", "holder", "draws"))
+        )
 
     def select(self, index: torch.Tensor | slice | Sequence[int]) -> TaskBatch:
         """A sub-batch (rows picked by ``index``)."""
         if not isinstance(index, (slice, torch.Tensor)):
             index = torch.as_tensor(list(index), dtype=torch.long, device=self.device)
-        return TaskBatch(*(getattr(self, f)[index] for f in ("uid", "type", "values", "answer", "holder", "draws")))
+        return TaskBatch(
+            *(getattr(self, f)[index] for f in ("uid", "type", "values", "answer", "holder", "draws"))
+        )
 
 
 @dataclass
@@ -363,7 +373,9 @@ class RoutingEpisode:
         j = self.turn
         send = recipients.to(device=self.know.device, dtype=torch.bool)
         if send.shape != self.answer.shape:
-            raise ValueError(f"recipients must have shape {tuple(self.answer.shape)}, got {tuple(send.shape)}")
+            raise ValueError(
+                f"recipients must have shape {tuple(self.answer.shape)}, got {tuple(send.shape)}"
+            )
         if bool((send & (self._later <= j)).any()):
             raise ValueError(f"agent {j} may only message agents after it in the node order (indices > {j})")
         self.know |= send[..., None] & self.know[:, j, None, :]
@@ -383,7 +395,9 @@ class RoutingEpisode:
 class RoutingEnv:
     """The routing environment (see the module docstring). ``device="auto"`` picks CUDA when present."""
 
-    def __init__(self, config: RoutingEnvConfig | None = None, *, device: str | torch.device = "auto") -> None:
+    def __init__(
+        self, config: RoutingEnvConfig | None = None, *, device: str | torch.device = "auto"
+    ) -> None:
         self.config = config if config is not None else RoutingEnvConfig()
         self.device = resolve_device(device)
         self.profile = SkillProfile.generate(self.config)
@@ -424,12 +438,20 @@ class RoutingEnv:
             raise ValueError(f"n must be at least 1, got {n}")
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        g = generator if isinstance(generator, torch.Generator) else torch.Generator().manual_seed(int(generator or 0))
+        g = (
+            generator
+            if isinstance(generator, torch.Generator)
+            else torch.Generator().manual_seed(int(generator or 0))
+        )
         types_given = None
         if types is not None:
-            types_given = torch.as_tensor(list(types) if not isinstance(types, torch.Tensor) else types, dtype=torch.long).cpu()
+            types_given = torch.as_tensor(
+                list(types) if not isinstance(types, torch.Tensor) else types, dtype=torch.long
+            ).cpu()
             if types_given.shape != (n,):
-                raise ValueError(f"types must give one type per task ({n}), got shape {tuple(types_given.shape)}")
+                raise ValueError(
+                    f"types must give one type per task ({n}), got shape {tuple(types_given.shape)}"
+                )
             if bool(((types_given < 0) | (types_given >= self.n_types)).any()):
                 raise ValueError(f"task types must lie in 0..{self.n_types - 1}")
         k = self.config.facts_per_task
@@ -439,9 +461,12 @@ class RoutingEnv:
             types = types_given
         values = torch.randint(1, self.config.max_fact + 1, (n, k), generator=g)
         answers = torch.tensor(
-            [_apply_op(self.profile.ops[int(t)], v) for t, v in zip(types.tolist(), values.tolist())], dtype=torch.long
+            [_apply_op(self.profile.ops[int(t)], v) for t, v in zip(types.tolist(), values.tolist())],
+            dtype=torch.long,
         )
-        draws = torch.tensor([[unit_draw(u, i) for i in range(self.n_agents)] for u in uid.tolist()], dtype=torch.float32)
+        draws = torch.tensor(
+            [[unit_draw(u, i) for i in range(self.n_agents)] for u in uid.tolist()], dtype=torch.float32
+        )
         holder = self.profile.holder[types]
         return TaskBatch(uid, types, values, answers, holder, draws).to(self.device)
 
@@ -488,7 +513,9 @@ class RoutingEnv:
         if adj.dim() == 2:
             adj = adj.unsqueeze(0)
         if adj.dim() != 3 or adj.shape[-2:] != (n, n):
-            raise ValueError(f"an adjacency must have shape [N, N] or [B, N, N] with N={n}, got {tuple(adj.shape)}")
+            raise ValueError(
+                f"an adjacency must have shape [N, N] or [B, N, N] with N={n}, got {tuple(adj.shape)}"
+            )
         adj = adj.to(self.device).bool()
         if bool((adj & ~self.candidates).any()):
             bad = (adj & ~self.candidates).nonzero()[0].tolist()

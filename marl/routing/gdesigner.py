@@ -197,7 +197,9 @@ class GDesignerRouter(nn.Module):
             self.src = nn.Linear(cfg.latent, cfg.latent, bias=False)
             self.dst = nn.Linear(cfg.latent, cfg.latent, bias=False)
         else:
-            self.edge_mlp = nn.Sequential(nn.Linear(3 * cfg.latent, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1))
+            self.edge_mlp = nn.Sequential(
+                nn.Linear(3 * cfg.latent, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 1)
+            )
         p0 = cfg.init_prob
         self.bias = nn.Parameter(torch.tensor(math.log(p0 / (1 - p0))))
         self.to(env.device)
@@ -212,7 +214,9 @@ class GDesignerRouter(nn.Module):
         for gnn in self.gnn:
             h = F.relu(gnn(h, self.enc_norm, self.enc_adj)) + h  # residual: keeps each agent's identity
         mu = self.mu(h, self.enc_norm, self.enc_adj)
-        logstd = self.logstd(h, self.enc_norm, self.enc_adj).clamp(-6.0, 2.0) if self.logstd is not None else None
+        logstd = (
+            self.logstd(h, self.enc_norm, self.enc_adj).clamp(-6.0, 2.0) if self.logstd is not None else None
+        )
         return mu, logstd
 
     def edge_logits(self, z: torch.Tensor) -> torch.Tensor:
@@ -268,17 +272,23 @@ class GDesignerRouter(nn.Module):
     def make_optimizer(self, lr: float | None = None) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=lr if lr is not None else self.config.lr)
 
-    def graphs(self, env: RoutingEnv, tasks: TaskBatch, *, prune: bool = True, name: str = "gdesigner") -> list[Graph]:
+    def graphs(
+        self, env: RoutingEnv, tasks: TaskBatch, *, prune: bool = True, name: str = "gdesigner"
+    ) -> list[Graph]:
         """One :class:`societas.topology.Graph` per task (dead-end edges dropped when ``prune``)."""
         adj = self.adjacency(tasks)
         if prune:
             adj = env.prune_dead_ends(adj)
         return [env.graph(adj[i], name=f"{name}_{i}") for i in range(len(tasks))]
 
-    def type_graphs(self, env: RoutingEnv, *, prune: bool = True, name: str = "gdesigner") -> dict[str, Graph]:
+    def type_graphs(
+        self, env: RoutingEnv, *, prune: bool = True, name: str = "gdesigner"
+    ) -> dict[str, Graph]:
         """The topology designed for each task type (the task node sees only the type), by type name."""
         tasks = env.sample_tasks(env.n_types, split="test", generator=0, types=range(env.n_types))
         adj = self.adjacency(tasks)
         if prune:
             adj = env.prune_dead_ends(adj)
-        return {tname: env.graph(adj[t], name=f"{name}_{tname}") for t, tname in enumerate(env.profile.type_names)}
+        return {
+            tname: env.graph(adj[t], name=f"{name}_{tname}") for t, tname in enumerate(env.profile.type_names)
+        }

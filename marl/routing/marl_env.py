@@ -154,7 +154,9 @@ class RoutingMARLEnv(BatchedMultiAgentEnv):
         self._slot = 0
         # _sent[b, i, j]: agent i has messaged agent j in this episode (j's knowledge is updated
         # by RoutingEpisode.step when i's turn ends; j acts only later, so it sees no difference).
-        self._sent = torch.zeros(self.num_envs, self.n_agents, self.n_agents, dtype=torch.bool, device=self.device)
+        self._sent = torch.zeros(
+            self.num_envs, self.n_agents, self.n_agents, dtype=torch.bool, device=self.device
+        )
         self._obs_tensor = self._observe()
 
     @property
@@ -275,8 +277,12 @@ class RoutingMARLEnv(BatchedMultiAgentEnv):
         for i in range(n - 1):
             for s in range(self.rounds):
                 hit = a[:, i] & (rank[:, i] == s)
-                act = torch.where(hit.any(-1), hit.long().argmax(-1) + 1, torch.zeros_like(hit[:, 0], dtype=torch.long))
-                acts = {ag: torch.zeros(self.num_envs, dtype=torch.long, device=self.device) for ag in self.agents}
+                act = torch.where(
+                    hit.any(-1), hit.long().argmax(-1) + 1, torch.zeros_like(hit[:, 0], dtype=torch.long)
+                )
+                acts = {
+                    ag: torch.zeros(self.num_envs, dtype=torch.long, device=self.device) for ag in self.agents
+                }
                 acts[self.agents[i]] = act
                 out.append(acts)
         return out
@@ -301,7 +307,9 @@ class RoutingMARLEnv(BatchedMultiAgentEnv):
         assert bool(term.all())
         return info["outcome"], info["adjacency"]
 
-    def random_policy(self, generator: torch.Generator | None = None) -> Callable[[dict[str, Tensor]], dict[str, Tensor]]:
+    def random_policy(
+        self, generator: torch.Generator | None = None
+    ) -> Callable[[dict[str, Tensor]], dict[str, Tensor]]:
         """Uniformly random actions over all ``N + 1`` choices (invalid ones mean nobody)."""
         return lambda obs: self.sample_actions(generator)
 

@@ -53,7 +53,13 @@ from .gptswarm import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RoutingConfigError", "RoutingRunResult", "RoutingTrainConfig", "evaluate_routing", "train_routing"]
+__all__ = [
+    "RoutingConfigError",
+    "RoutingRunResult",
+    "RoutingTrainConfig",
+    "evaluate_routing",
+    "train_routing",
+]
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -76,7 +82,9 @@ class RoutingTrainConfig(BaseModel):
     device: str = "auto"
     eval_every: int = Field(50, ge=1, description="updates between held-out evaluations in metrics.jsonl")
     eval_tasks: int = Field(2000, ge=1, description="held-out tasks of the final comparison")
-    runtime_tasks: int = Field(100, ge=0, description="held-out tasks also run through societas.topology.Runtime")
+    runtime_tasks: int = Field(
+        100, ge=0, description="held-out tasks also run through societas.topology.Runtime"
+    )
     prune_dead_ends: bool = Field(True, description="drop learned edges that cannot reach the answerer")
     gptswarm: GPTSwarmConfig = Field(default_factory=GPTSwarmConfig)
     gdesigner: GDesignerConfig = Field(default_factory=GDesignerConfig)
@@ -190,19 +198,34 @@ def _plot_learning_curve(rows: list[dict[str, Any]], full: dict[str, float], pat
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.plot(steps, [r["success"] for r in rows], color="tab:blue", alpha=0.35, lw=0.8, label="success (sampled)")
-    ax1.plot(steps, [r["reward"] for r in rows], color="tab:green", alpha=0.35, lw=0.8, label="reward (sampled)")
+    ax1.plot(
+        steps, [r["success"] for r in rows], color="tab:blue", alpha=0.35, lw=0.8, label="success (sampled)"
+    )
+    ax1.plot(
+        steps, [r["reward"] for r in rows], color="tab:green", alpha=0.35, lw=0.8, label="reward (sampled)"
+    )
     if ev:
         xs = [r["step"] for r in ev]
-        ax1.plot(xs, [r["eval_success"] for r in ev], color="tab:blue", lw=2, label="success (pruned, held-out)")
-        ax1.plot(xs, [r["eval_reward"] for r in ev], color="tab:green", lw=2, label="reward (pruned, held-out)")
+        ax1.plot(
+            xs, [r["eval_success"] for r in ev], color="tab:blue", lw=2, label="success (pruned, held-out)"
+        )
+        ax1.plot(
+            xs, [r["eval_reward"] for r in ev], color="tab:green", lw=2, label="reward (pruned, held-out)"
+        )
     ax1.axhline(full["success"], color="k", ls="--", lw=1, label="fully connected success")
     ax1.axhline(full["reward"], color="gray", ls=":", lw=1, label="fully connected reward")
     ax1.set_xlabel("update")
     ax1.set_ylim(min(-0.05, min(r["reward"] for r in rows) - 0.05), 1.05)
     ax1.legend(fontsize=7, loc="lower right")
     ax1.set_title("success and reward")
-    ax2.plot(steps, [r["messages"] for r in rows], color="tab:orange", alpha=0.35, lw=0.8, label="messages (sampled)")
+    ax2.plot(
+        steps,
+        [r["messages"] for r in rows],
+        color="tab:orange",
+        alpha=0.35,
+        lw=0.8,
+        label="messages (sampled)",
+    )
     if ev:
         ax2.plot([r["step"] for r in ev], [r["eval_messages"] for r in ev], color="tab:orange", lw=2,
                  label="messages (pruned, held-out)")  # fmt: skip
@@ -277,9 +300,15 @@ def _summary_md(res: RoutingRunResult, env: RoutingEnv) -> str:
             "|---|---|---|---|",
         ]
         for k, row in res.runtime.items():
-            lines.append(f"| {names.get(k, k)} | {row['success']:.3f} | {row['messages']:.2f} | {row['calls']:.2f} |")
+            lines.append(
+                f"| {names.get(k, k)} | {row['success']:.3f} | {row['messages']:.2f} | {row['calls']:.2f} |"
+            )
         verdict = "yes" if res.runtime_agrees else "NO"
-        lines += ["", f"Runtime and fast path agree on every task's success and message count: {verdict}.", ""]
+        lines += [
+            "",
+            f"Runtime and fast path agree on every task's success and message count: {verdict}.",
+            "",
+        ]
     lines.append("Learned topologies (Mermaid files beside this summary):")
     lines.append("")
     for k, g in res.graphs.items():
@@ -330,12 +359,18 @@ def train_routing(
 
     rows: list[dict[str, Any]] = []
     log.info("training %s routing for %d updates on %s", cfg.method, cfg.steps, device)
-    with (out / "metrics.jsonl").open("w", encoding="utf-8") as mf, progress_bar(progress, field="stats") as bar:
+    with (
+        (out / "metrics.jsonl").open("w", encoding="utf-8") as mf,
+        progress_bar(progress, field="stats") as bar,
+    ):
         task_id = bar.add_task(f"routing {cfg.method}", total=cfg.steps, stats="")
         for step in range(1, cfg.steps + 1):
             tasks = env.sample_tasks(cfg.batch_size, split="train", generator=task_gen)
             router.train()
-            row: dict[str, Any] = {"step": step, **reinforce_update(router, env, tasks, optimizer, baseline, policy_gen)}
+            row: dict[str, Any] = {
+                "step": step,
+                **reinforce_update(router, env, tasks, optimizer, baseline, policy_gen),
+            }
             if step % cfg.eval_every == 0 or step == cfg.steps or step == 1:
                 router.eval()
                 learned = _learned_adjacency(router, env, monitor, cfg.prune_dead_ends)
@@ -359,7 +394,10 @@ def train_routing(
         for name, adj in (("learned", learned[: len(sub)]), ("fully_connected", env.full_adjacency())):
             rt = run_runtime(env, adj, sub, seed=cfg.seed)
             fast = env.evaluate(adj, sub)
-            agrees &= rt.success == fast.success.tolist() and [float(m) for m in rt.messages] == fast.messages.tolist()
+            agrees &= (
+                rt.success == fast.success.tolist()
+                and [float(m) for m in rt.messages] == fast.messages.tolist()
+            )
             runtime[name] = rt.summary()
         if not agrees:
             log.warning("the Runtime path and the fast path disagree on some task")

@@ -372,7 +372,10 @@ class OpenAITestServer:
     def _handle_get(self, h: _Handler) -> None:
         path = h.path.split("?", 1)[0].rstrip("/")
         if path == f"{self.prefix}/models":
-            data = {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "societas-test"}]}
+            data = {
+                "object": "list",
+                "data": [{"id": self.model, "object": "model", "owned_by": "societas-test"}],
+            }
             self._send_json(h, 200, data)
         else:
             self._send_json(h, 404, _error_body(f"no route GET {path}", 404))
@@ -418,7 +421,10 @@ class OpenAITestServer:
                 status, data = self._answer(body)
             except Exception as e:  # a responder bug becomes a 500, as on a real server
                 log.exception("openai test server: responder failed")
-                status, data = 500, _error_body(f"responder failed: {type(e).__name__}: {e}", 500, "server_error")
+                status, data = (
+                    500,
+                    _error_body(f"responder failed: {type(e).__name__}: {e}", 500, "server_error"),
+                )
             self._send_json(h, status, data)
         finally:
             with self._lock:
@@ -429,7 +435,11 @@ class OpenAITestServer:
         if kind == "status":
             code = fault[1]
             headers = fault[2] if len(fault) >= 3 and fault[2] else {}
-            body = fault[3] if len(fault) >= 4 else _error_body(f"injected fault: HTTP {code}", code, "server_error")
+            body = (
+                fault[3]
+                if len(fault) >= 4
+                else _error_body(f"injected fault: HTTP {code}", code, "server_error")
+            )
             if isinstance(body, (bytes, str)):
                 payload = body.encode("utf-8") if isinstance(body, str) else body
                 self._send_bytes(h, code, payload, "text/plain; charset=utf-8", headers)
@@ -441,7 +451,9 @@ class OpenAITestServer:
             self._stop.wait(float(fault[1]))
             h.close_connection = True
         elif kind == "malformed":
-            self._send_bytes(h, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess', "application/json")
+            self._send_bytes(
+                h, 200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess', "application/json"
+            )
         elif kind == "json":
             self._send_json(h, 200, fault[1])
 

@@ -21,7 +21,19 @@ from societas.agents import (
 )
 from societas.agents.llm.base import broadcast_params, normalize_prompt, truncate_at_stop
 
-ROLES = ["orchestrator", "planner", "coder", "tester", "debugger", "proposer", "solver", "speaker", "listener", "persona", "aggregator"]
+ROLES = [
+    "orchestrator",
+    "planner",
+    "coder",
+    "tester",
+    "debugger",
+    "proposer",
+    "solver",
+    "speaker",
+    "listener",
+    "persona",
+    "aggregator",
+]
 
 
 def test_role_library_has_every_paper_role():
@@ -40,8 +52,15 @@ def test_agent_prompt_is_explicit_and_parsed():
     reply = a.act("What is 6*7?", {"planner": "multiply", "checker": "use ints"})
     assert reply.parsed == "42"
     sys, user = seen[0]
-    assert sys["role"] == "system" and sys["content"].startswith(role_prompt("solver")) and "You are bold." in sys["content"]
-    assert user["content"] == "What is 6*7?\n\n### Message from planner\nmultiply\n\n### Message from checker\nuse ints"
+    assert (
+        sys["role"] == "system"
+        and sys["content"].startswith(role_prompt("solver"))
+        and "You are bold." in sys["content"]
+    )
+    assert (
+        user["content"]
+        == "What is 6*7?\n\n### Message from planner\nmultiply\n\n### Message from checker\nuse ints"
+    )
 
 
 def test_agent_needs_role_or_prompt_and_valid_template():
@@ -118,5 +137,7 @@ def test_numeric_answers_match_with_units_and_equations():
     assert answers_match("$1,200", "1200 dollars") and answers_match("12 apples left", "12.0")
     assert not answers_match("18 shells", "19") and not answers_match("3 bags of 4", "12")
     assert not answers_match("between 3 and 4", "4") and not answers_match("15 + 1", "16")
-    assert numeric_answer("Paris") is None and numeric_answer("40%") == 40.0 and numeric_answer("-2.5 m") == -2.5
-    assert answers_match("Paris", "paris!")   # non-numeric answers keep exact match
+    assert (
+        numeric_answer("Paris") is None and numeric_answer("40%") == 40.0 and numeric_answer("-2.5 m") == -2.5
+    )
+    assert answers_match("Paris", "paris!")  # non-numeric answers keep exact match

@@ -9,12 +9,13 @@ CODE = "def f(x):\n    if x:\n\treturn 1\n    return 2\n"
 
 def _reply(text: str, max_new_tokens: int, **kwargs):
     llm = FunctionLLM(lambda messages: text)
-    return llm.generate([[{"role": "user", "content": "go"}]],
-                        SamplingParams(max_new_tokens=max_new_tokens, **kwargs))[0][0]
+    return llm.generate(
+        [[{"role": "user", "content": "go"}]], SamplingParams(max_new_tokens=max_new_tokens, **kwargs)
+    )[0][0]
 
 
 def test_truncation_keeps_newlines_and_indentation():
-    out = _reply(CODE, 5)           # words: def, f(x):, if, x:, return | 1 ...
+    out = _reply(CODE, 5)  # words: def, f(x):, if, x:, return | 1 ...
     assert out.text == "def f(x):\n    if x:\n\treturn"
     assert out.finish_reason == "length"
     assert out.usage.completion_tokens == 5
@@ -27,7 +28,7 @@ def test_truncation_keeps_leading_whitespace_and_drops_only_the_tail():
 
 
 def test_reply_within_the_budget_is_returned_verbatim():
-    out = _reply(CODE, 8)           # exactly 8 words: nothing is cut, trailing newline kept
+    out = _reply(CODE, 8)  # exactly 8 words: nothing is cut, trailing newline kept
     assert out.text == CODE
     assert out.finish_reason == "stop"
     assert out.usage.completion_tokens == 8

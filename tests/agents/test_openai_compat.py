@@ -20,7 +20,15 @@ FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No proxy may intercept 127.0.0.1, and no API key may leak in from the environment."""
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "OPENAI_API_KEY"):
+    for var in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "OPENAI_API_KEY",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -77,7 +85,11 @@ def test_chat_messages_per_prompt_params_and_length_finish() -> None:
     assert out[1][0].text == "echo: short" and out[1][0].finish_reason == "stop"
     assert by_first["be brief"]["messages"] == chat
     assert by_first["be brief"]["max_tokens"] == 2 and by_first["be brief"]["temperature"] == 0.0
-    assert by_first["short"]["max_tokens"] == 10 and "seed" not in by_first["short"] and "stop" not in by_first["short"]
+    assert (
+        by_first["short"]["max_tokens"] == 10
+        and "seed" not in by_first["short"]
+        and "stop" not in by_first["short"]
+    )
 
 
 def test_n_samples_per_prompt() -> None:
@@ -437,7 +449,9 @@ def test_serves_the_embedded_model_end_to_end(embedded_llm) -> None:
         return embedded_llm.generate([messages], p)[0][0].text
 
     prompts = ["What is the capital of France?", "Name a colour."]
-    direct = [c[0].text for c in embedded_llm.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))]
+    direct = [
+        c[0].text for c in embedded_llm.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))
+    ]
     with OpenAITestServer(from_model, apply_stop=False) as srv:
         llm = load_llm(f"openai:{srv.url}#smollm2", shared=False, **FAST)
         out = llm.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))

@@ -28,7 +28,9 @@ def _full_forward_logprobs(llm, prompt, tokens):
 
 
 def test_logprobs_match_full_forward_pass(tiny_llm):
-    outs = tiny_llm.generate(PROMPTS, SamplingParams(temperature=1.0, seed=1, max_new_tokens=12, logprobs=True))
+    outs = tiny_llm.generate(
+        PROMPTS, SamplingParams(temperature=1.0, seed=1, max_new_tokens=12, logprobs=True)
+    )
     for prompt, comps in zip(PROMPTS, outs):
         c = comps[0]
         assert len(c.logprobs) == len(c.token_ids) == c.usage.completion_tokens
@@ -41,9 +43,13 @@ def test_greedy_batched_equals_hf_generate_one_by_one(tiny_llm):
     for prompt, comps in zip(PROMPTS, outs):
         ids = torch.tensor([tiny_llm.encode_prompts([prompt])[0]])
         ref = tiny_llm.model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
-            eos_token_id=sorted(tiny_llm.eos_ids), pad_token_id=tiny_llm.tokenizer.pad_token_id,
-        )[0, ids.shape[1]:].tolist()
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=10,
+            do_sample=False,
+            eos_token_id=sorted(tiny_llm.eos_ids),
+            pad_token_id=tiny_llm.tokenizer.pad_token_id,
+        )[0, ids.shape[1] :].tolist()
         assert comps[0].token_ids == ref[: len(comps[0].token_ids)]
         assert len(comps[0].token_ids) == len(ref)
 
@@ -77,7 +83,9 @@ def test_seed_reproducible_and_samples_differ(tiny_llm):
 
 def test_top_p_tiny_keeps_only_the_argmax(tiny_llm):
     greedy = tiny_llm.generate(["Tell me"], SamplingParams(temperature=0, max_new_tokens=6))[0][0]
-    nucleus = tiny_llm.generate(["Tell me"], SamplingParams(temperature=1.5, top_p=1e-6, max_new_tokens=6, seed=5))[0][0]
+    nucleus = tiny_llm.generate(
+        ["Tell me"], SamplingParams(temperature=1.5, top_p=1e-6, max_new_tokens=6, seed=5)
+    )[0][0]
     assert nucleus.token_ids == greedy.token_ids
 
 
@@ -85,7 +93,10 @@ def test_top_p_tiny_keeps_only_the_argmax(tiny_llm):
 def test_embedded_model_answers_offline_and_stops(embedded_llm):
     out = embedded_llm.generate(
         ["Count from 1 to 10 separated by commas.", "What is the capital of France?"],
-        [SamplingParams(temperature=0, max_new_tokens=40, stop=["5"]), SamplingParams(temperature=0, max_new_tokens=30)],
+        [
+            SamplingParams(temperature=0, max_new_tokens=40, stop=["5"]),
+            SamplingParams(temperature=0, max_new_tokens=30),
+        ],
     )
     counted = out[0][0]
     assert "5" not in counted.text and "4" in counted.text
@@ -135,7 +146,9 @@ def test_min_new_tokens_suppresses_end_of_sequence(tiny_llm):
         head.weight.data[eos] = head.weight.data.abs().max() * 50 * torch.sign(head.weight.data[eos] + 1e-9)
         short = tiny_llm.generate(["hi"], SamplingParams(temperature=0, max_new_tokens=10))[0][0]
         assert short.token_ids == [eos] and short.finish_reason == "stop"
-        long = tiny_llm.generate(["hi"], SamplingParams(temperature=0, max_new_tokens=10, min_new_tokens=6))[0][0]
+        long = tiny_llm.generate(["hi"], SamplingParams(temperature=0, max_new_tokens=10, min_new_tokens=6))[
+            0
+        ][0]
         assert len(long.token_ids) == 7 and long.token_ids[-1] == eos and eos not in long.token_ids[:6]
     finally:
         head.weight.data.copy_(saved)
@@ -151,8 +164,15 @@ def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
     from societas.agents.llm.gqa_attention import use_gqa_sdpa
 
     torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=96,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     fast = LlamaForCausalLM(cfg).eval()
     ref = LlamaForCausalLM(cfg).eval()
     ref.load_state_dict(fast.state_dict())
@@ -167,9 +187,20 @@ def test_grouped_query_sdpa_matches_eager_attention_with_padding(embedded_dir):
     with torch.no_grad():
         outs = []
         for m in (fast, ref):
-            o = m(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=DynamicCache(), use_cache=True)
-            step = m(input_ids=ids[:, -1:], attention_mask=torch.cat([attn, torch.ones(3, 1, dtype=torch.long)], 1),
-                     position_ids=pos[:, -1:] + 1, past_key_values=o.past_key_values, use_cache=True)
+            o = m(
+                input_ids=ids,
+                attention_mask=attn,
+                position_ids=pos,
+                past_key_values=DynamicCache(),
+                use_cache=True,
+            )
+            step = m(
+                input_ids=ids[:, -1:],
+                attention_mask=torch.cat([attn, torch.ones(3, 1, dtype=torch.long)], 1),
+                position_ids=pos[:, -1:] + 1,
+                past_key_values=o.past_key_values,
+                use_cache=True,
+            )
             outs.append((o.logits, step.logits))
     keep = attn.bool()
     assert torch.allclose(outs[0][0][keep], outs[1][0][keep], atol=1e-5)
@@ -189,9 +220,12 @@ def test_identical_prompts_share_one_prefill_and_match_separate_calls(tiny_llm):
         assert together[i][0].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
     # n samples of one prompt: one prefill, distinct samples, exact log-probs
     before = tiny_llm.prefill_rows
-    outs = tiny_llm.generate([PROMPTS[3]], SamplingParams(temperature=1.0, max_new_tokens=8, seed=5, n=4,
-                                                         logprobs=True))[0]
+    outs = tiny_llm.generate(
+        [PROMPTS[3]], SamplingParams(temperature=1.0, max_new_tokens=8, seed=5, n=4, logprobs=True)
+    )[0]
     assert tiny_llm.prefill_rows - before == 1
     assert len({tuple(c.token_ids) for c in outs}) > 1
     for c in outs:
-        assert c.logprobs == pytest.approx(_full_forward_logprobs(tiny_llm, PROMPTS[3], c.token_ids), abs=2e-4)
+        assert c.logprobs == pytest.approx(
+            _full_forward_logprobs(tiny_llm, PROMPTS[3], c.token_ids), abs=2e-4
+        )

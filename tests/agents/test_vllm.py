@@ -343,10 +343,14 @@ def test_policy_trainer_syncs_its_update_into_vllm(vllm_llm, embedded_dir):
     from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
 
     policy = TransformersLLM(embedded_dir, device="cpu", dtype="float32")
-    comps = policy.generate(PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=3, logprobs=True))[0]
+    comps = policy.generate(
+        PROMPTS[:1], SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=3, logprobs=True)
+    )[0]
     prompt_ids = policy.encode_prompts(PROMPTS[:1])[0]
-    samples = [TokenSample("p", prompt_ids, list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
-               for c in comps]
+    samples = [
+        TokenSample("p", prompt_ids, list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
+        for c in comps
+    ]
     trainer = PolicyTrainer(policy.model, policy.tokenizer, GRPOConfig(lr=1e-3))
     trainer.step(samples, [1.0, 0.0], groups=[0, 0])
     assert trainer.sync_to(vllm_llm) is True
@@ -379,8 +383,10 @@ def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embed
         from societas.agents.llm.base import encode_with_tokenizer
 
         ids = encode_with_tokenizer(backend.tokenizer, PROMPTS[:1])[0]
-        samples = [TokenSample("policy", list(ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
-                   for c in row]
+        samples = [
+            TokenSample("policy", list(ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs), "g")
+            for c in row
+        ]
         assert all(c.logprobs is not None for c in row)
         trainer = backend.trainers["policy"]
         trainer.step(samples, [1.0, 0.0], groups=[0, 0])
@@ -391,7 +397,9 @@ def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embed
         after = vllm_llm.generate(PROMPTS, GREEDY)
         for prompt, out in zip(PROMPTS, after):
             c = out[0]
-            assert c.logprobs == pytest.approx(_teacher_forced_logprobs(served, prompt, c.token_ids), abs=1e-2)
+            assert c.logprobs == pytest.approx(
+                _teacher_forced_logprobs(served, prompt, c.token_ids), abs=1e-2
+            )
     finally:
         vllm_llm.load_weights(load_file(str(embedded_dir / "model.safetensors")))
 
@@ -404,10 +412,15 @@ def test_zeroed_layer_changes_output_and_restore(vllm_llm, embedded_dir):
     state = load_file(str(embedded_dir / "model.safetensors"))
     p = SamplingParams(temperature=0, max_new_tokens=16)
     before = [r[0].token_ids for r in vllm_llm.generate(PROMPTS, p)]
-    zeroed = {k: torch.zeros_like(v) if k.startswith("model.layers.3.") and "proj" in k else v for k, v in state.items()}
+    zeroed = {
+        k: torch.zeros_like(v) if k.startswith("model.layers.3.") and "proj" in k else v
+        for k, v in state.items()
+    }
     vllm_llm.load_weights(zeroed)
     assert [r[0].token_ids for r in vllm_llm.generate(PROMPTS, p)] != before
-    state["lm_head.weight"] = state["model.embed_tokens.weight"]  # a full state_dict() names the tied head too
+    state["lm_head.weight"] = state[
+        "model.embed_tokens.weight"
+    ]  # a full state_dict() names the tied head too
     vllm_llm.load_weights(state)
     assert [r[0].token_ids for r in vllm_llm.generate(PROMPTS, p)] == before
 

@@ -45,8 +45,9 @@ def _mpe_rows(obs: dict[str, torch.Tensor], row: int) -> dict[str, np.ndarray]:
     return {a: obs[a][row].numpy().astype(np.float32) for a in obs}
 
 
-def _assert_obs(ours: dict[str, np.ndarray], ref: dict[str, np.ndarray], where: str,
-                atol: float = OBS_ATOL) -> None:
+def _assert_obs(
+    ours: dict[str, np.ndarray], ref: dict[str, np.ndarray], where: str, atol: float = OBS_ATOL
+) -> None:
     assert set(ours) == set(ref)
     for a, expected in ref.items():
         assert ours[a].shape == expected.shape, where
@@ -105,16 +106,18 @@ def test_parity_with_mpe2(task, seeds, dtype):
     obs = env.observations()
     for row, ob in zip(rows, first):
         _assert_obs(_mpe_rows(obs, row), ob, f"reset row {row}", obs_atol)
-        np.testing.assert_allclose(env.state()[row].numpy().astype(np.float32),
-                                   np.concatenate([ob[a] for a in env.agents]), atol=obs_atol)
+        np.testing.assert_allclose(
+            env.state()[row].numpy().astype(np.float32),
+            np.concatenate([ob[a] for a in env.agents]),
+            atol=obs_atol,
+        )
     rng = np.random.default_rng(seeds[0])
     for t in range(25):
         acts = {a: torch.as_tensor(rng.integers(env.action_sizes[a], size=4)) for a in env.agents}
         obs, rew, term, trunc, info = env.step(acts)
         for ref, row in zip(refs, rows):
             r_obs, r_rew, r_term, r_trunc, _ = ref.step({a: int(acts[a][row]) for a in env.agents})
-            _assert_obs(_mpe_rows(info["final_observation"], row), r_obs, f"step {t} row {row}",
-                        obs_atol)
+            _assert_obs(_mpe_rows(info["final_observation"], row), r_obs, f"step {t} row {row}", obs_atol)
             for a in env.agents:
                 assert abs(float(rew[a][row]) - r_rew[a]) <= rew_atol, (t, row, a)
                 assert bool(trunc[row]) == r_trunc[a] and bool(term[row]) == r_term[a]
@@ -215,8 +218,7 @@ def test_batched_parallel_env_passes_pettingzoo_api_test(task):
     assert view.state().shape == (view.env.state_size,)
     steps = 0
     while view.agents:
-        obs, _, _, trunc, _ = view.step(
-            {a: view.action_space(a).sample() for a in view.agents})
+        obs, _, _, trunc, _ = view.step({a: view.action_space(a).sample() for a in view.agents})
         steps += 1
     assert steps == 25 and all(trunc.values())
     with pytest.raises(RuntimeError):
@@ -228,8 +230,7 @@ def test_pettingzoo_batched_env_runs_mpe2_and_matches_torch_env(task):
     """mpe2 through the batched contract (B copies in a loop); each copy's world
     is copied into the torch env and both are stepped with the same actions."""
     cls, mod = TASKS[task]
-    pz = PettingZooBatchedEnv(mod.parallel_env, num_envs=3, device="cpu", seed=7,
-                              dtype=torch.float64)
+    pz = PettingZooBatchedEnv(mod.parallel_env, num_envs=3, device="cpu", seed=7, dtype=torch.float64)
     assert pz.agents == list(OBS_SIZES[task]) and pz.max_cycles == 25
     assert pz.observation_sizes == OBS_SIZES[task] and pz.action_sizes == ACTION_SIZES[task]
     obs_pz = pz.reset()
@@ -244,14 +245,16 @@ def test_pettingzoo_batched_env_runs_mpe2_and_matches_torch_env(task):
         o1, r1, te1, tr1, i1 = pz.step(acts)
         _, r2, te2, tr2, i2 = ours.step(acts)
         for a in pz.agents:
-            np.testing.assert_allclose(i2["final_observation"][a].numpy(),
-                                       i1["final_observation"][a].numpy(), atol=OBS_ATOL)
+            np.testing.assert_allclose(
+                i2["final_observation"][a].numpy(), i1["final_observation"][a].numpy(), atol=OBS_ATOL
+            )
             np.testing.assert_allclose(r2[a].numpy(), r1[a].numpy(), atol=1e-6)
         assert torch.equal(tr1, tr2) and torch.equal(te1, te2)
     assert tr1.all()
     torch.testing.assert_close(pz.state(), torch.cat([o1[a] for a in pz.agents], 1))
-    torch.testing.assert_close(i1["final_state"],
-                               torch.cat([i1["final_observation"][a] for a in pz.agents], 1))
+    torch.testing.assert_close(
+        i1["final_state"], torch.cat([i1["final_observation"][a] for a in pz.agents], 1)
+    )
     # auto-reset happened: a fresh episode from zero velocity
     last = pz.agents[-1]
     assert torch.all(o1[last][:, :2] == 0)
@@ -262,8 +265,7 @@ def test_pettingzoo_batched_env_runs_mpe2_and_matches_torch_env(task):
 
 def test_pettingzoo_batched_env_rejects_continuous_actions():
     with pytest.raises(ValueError, match="Discrete"):
-        PettingZooBatchedEnv(
-            lambda: simple_reference_v3.parallel_env(continuous_actions=True), num_envs=1)
+        PettingZooBatchedEnv(lambda: simple_reference_v3.parallel_env(continuous_actions=True), num_envs=1)
 
 
 def test_speed_benchmark_smoke(capsys):
@@ -278,8 +280,9 @@ def test_speed_benchmark_smoke(capsys):
     spec.loader.exec_module(mod)
     threads = torch.get_num_threads()
     try:
-        out = mod.main(["--device", "cpu", "--sizes", "1,4", "--seconds", "0.01",
-                        "--repeats", "1", "--no-vmas"])
+        out = mod.main(
+            ["--device", "cpu", "--sizes", "1,4", "--seconds", "0.01", "--repeats", "1", "--no-vmas"]
+        )
     finally:
         torch.set_num_threads(threads)
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -70,20 +70,32 @@ class BitEnv:
         final = self._obs()
         info = {"final_observation": final}
         self.t[done] = 0
-        fresh = torch.randint(2, (self.num_envs,), generator=self.g)   # a new episode's first bit
+        fresh = torch.randint(2, (self.num_envs,), generator=self.g)  # a new episode's first bit
         self.bit = torch.where(done, fresh, self.bit)
         term, trunc = (done, torch.zeros_like(done)) if self.terminate else (torch.zeros_like(done), done)
         return self._obs(), {"sender": r, "receiver": r.clone()}, term, trunc, info
 
 
 def _cfg(**kw):
-    base = dict(env="bit", num_envs=64, rollout_steps=8, total_steps=64 * 8 * 40, hidden_size=32,
-                critic_hidden_size=32, device="cpu", seed=0, update_epochs=4, lr=3e-3, critic_lr=3e-3)
+    base = dict(
+        env="bit",
+        num_envs=64,
+        rollout_steps=8,
+        total_steps=64 * 8 * 40,
+        hidden_size=32,
+        critic_hidden_size=32,
+        device="cpu",
+        seed=0,
+        update_epochs=4,
+        lr=3e-3,
+        critic_lr=3e-3,
+    )
     base.update(kw)
     return MAPPOConfig(**base)
 
 
 # ------------------------------------------------------------ hand checks --
+
 
 def test_gae_matches_hand_computation():
     gamma, lam = 0.9, 0.8
@@ -96,19 +108,25 @@ def test_gae_matches_hand_computation():
     d2 = 2.0 + 0.9 * 3.0 - 1.5
     d1 = 0.0 + 0.9 * 0.7 - 1.0
     d0 = 1.0 + 0.9 * 1.0 - 0.5
-    a2, a1 = d2, d1                       # the episode boundary cuts the recursion after step 1
+    a2, a1 = d2, d1  # the episode boundary cuts the recursion after step 1
     a0 = d0 + gamma * lam * a1
     torch.testing.assert_close(adv, torch.tensor([a0, a1, a2]))
     torch.testing.assert_close(ret, adv + v)
     # per-agent trailing dims broadcast against a [T, B] ended mask
-    adv2, _ = compute_gae(r.view(3, 1, 1).expand(3, 2, 2), v.view(3, 1, 1).expand(3, 2, 2),
-                          nv.view(3, 1, 1).expand(3, 2, 2), ended.view(3, 1).expand(3, 2), gamma, lam)
+    adv2, _ = compute_gae(
+        r.view(3, 1, 1).expand(3, 2, 2),
+        v.view(3, 1, 1).expand(3, 2, 2),
+        nv.view(3, 1, 1).expand(3, 2, 2),
+        ended.view(3, 1).expand(3, 2),
+        gamma,
+        lam,
+    )
     torch.testing.assert_close(adv2[:, 1, 0], adv)
 
 
 def test_ppo_clipped_loss_matches_hand_computation():
     old = torch.log(torch.tensor([0.5, 0.5, 0.5, 0.5]))
-    new = torch.log(torch.tensor([0.8, 0.8, 0.3, 0.3]))       # ratios 1.6, 1.6, 0.6, 0.6
+    new = torch.log(torch.tensor([0.8, 0.8, 0.3, 0.3]))  # ratios 1.6, 1.6, 0.6, 0.6
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
     loss, st = ppo_policy_loss(new, old, adv, 0.2)
     # min(r A, clip(r) A): 1.2, -1.6, 0.6, -0.8
@@ -127,9 +145,10 @@ def test_value_loss_clipping_matches_hand_computation():
     # unclipped errors 0.25, 1.0; clipped predictions 0.2, 0.0 -> errors 0.09, 1.0
     assert math.isclose(float(ppo_value_loss(new, old, tgt, 0.2)), 0.5 * (0.25 + 1.0) / 2, rel_tol=1e-6)
     assert math.isclose(float(ppo_value_loss(new, old, tgt, None)), 0.5 * (0.25 + 1.0) / 2, rel_tol=1e-6)
-    new = torch.tensor([-1.0])          # clipped prediction -0.2 is farther from 0.5? no: pick max
-    assert math.isclose(float(ppo_value_loss(new, torch.zeros(1), torch.tensor([0.5]), 0.2)),
-                        0.5 * 2.25, rel_tol=1e-6)
+    new = torch.tensor([-1.0])  # clipped prediction -0.2 is farther from 0.5? no: pick max
+    assert math.isclose(
+        float(ppo_value_loss(new, torch.zeros(1), torch.tensor([0.5]), 0.2)), 0.5 * 2.25, rel_tol=1e-6
+    )
 
 
 def test_value_norm_tracks_mean_and_variance():
@@ -142,6 +161,7 @@ def test_value_norm_tracks_mean_and_variance():
 
 
 # ------------------------------------------------------------- the trainer --
+
 
 def test_truncation_bootstraps_from_the_final_observation():
     algo = MAPPO(_cfg(rollout_steps=4), env=BitEnv(8, max_cycles=2, seed=1))
@@ -180,8 +200,8 @@ def test_termination_never_bootstraps():
 def test_heterogeneous_action_masks_and_ippo_inputs():
     algo = MAPPO(_cfg(algo="ippo", comm="ic3net"), env=BitEnv(32, seed=2))
     roll, _ = algo.collect()
-    assert int(roll.actions[..., 1].max()) <= 1                 # receiver has only 2 actions
-    assert roll.critic_in.shape[-1] == 3                        # local obs padded to the largest (3)
+    assert int(roll.actions[..., 1].max()) <= 1  # receiver has only 2 actions
+    assert roll.critic_in.shape[-1] == 3  # local obs padded to the largest (3)
     # IC3Net's gate action is part of the joint log-probability
     assert "gate" in roll.samples and roll.samples["gate"].shape == (8, 32, 2)
 
@@ -203,8 +223,9 @@ def test_same_seed_same_run_different_seed_different_run():
     def run(seed):
         algo = MAPPO(_cfg(comm="dial", seed=seed, total_steps=64 * 8 * 3), env=BitEnv(64, seed=seed))
         hist = algo.learn()
-        return [(m["mean_episode_return"], m["policy_loss"], m["value_loss"]) for m in hist], \
-            torch.cat([p.detach().flatten() for p in algo.actor.parameters()])
+        return [(m["mean_episode_return"], m["policy_loss"], m["value_loss"]) for m in hist], torch.cat(
+            [p.detach().flatten() for p in algo.actor.parameters()]
+        )
 
     h1, p1 = run(0)
     h2, p2 = run(0)
@@ -222,15 +243,17 @@ def test_communication_is_needed_and_learned(comm, ok):
     final = sum(m["mean_episode_return"] for m in hist[-5:]) / 5
     if ok:
         assert final > 3.8, final
-        assert hist[-1]["messages_per_step"] == 4.0             # 2 agents x 1 pair x 2 rounds
+        assert hist[-1]["messages_per_step"] == 4.0  # 2 agents x 1 pair x 2 rounds
     else:
         assert 1.7 < final < 2.3, final
         assert hist[-1]["messages_per_step"] == 0.0
 
 
 def test_gated_and_recurrent_variants_learn():
-    algo = MAPPO(_cfg(comm="ic3net", recurrent=True, share_actor=False, num_minibatches=2,
-                      total_steps=64 * 8 * 25), env=BitEnv(64, seed=0))
+    algo = MAPPO(
+        _cfg(comm="ic3net", recurrent=True, share_actor=False, num_minibatches=2, total_steps=64 * 8 * 25),
+        env=BitEnv(64, seed=0),
+    )
     hist = algo.learn()
     assert sum(m["mean_episode_return"] for m in hist[-5:]) / 5 > 3.5
 
@@ -246,21 +269,30 @@ def test_config_rejects_unknown_names():
 
 # ------------------------------------------------------ run dir, eval, CLI --
 
+
 def test_train_comm_writes_a_run_directory_and_evaluates(tmp_path):
     from societas.marl.comm.train import evaluate, load_policy, train_comm
 
     cfg = _cfg(comm="commformer", total_steps=64 * 8 * 3)
-    res = train_comm(cfg, tmp_path / "run", progress=False, env=BitEnv(64, seed=0), eval_episodes=20,
-                     checkpoint_every=2)
+    res = train_comm(
+        cfg, tmp_path / "run", progress=False, env=BitEnv(64, seed=0), eval_episodes=20, checkpoint_every=2
+    )
     run = tmp_path / "run"
     for f in ("config.yaml", "metrics.jsonl", "model.pt", "learning_curve.png", "summary.md", "eval.json"):
         assert (run / f).exists(), f
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == [1, 2, 3]
-    assert {"env_steps", "mean_episode_return", "messages_per_step", "policy_loss", "value_loss",
-            "entropy", "sps"} <= set(rows[0])
+    assert {
+        "env_steps",
+        "mean_episode_return",
+        "messages_per_step",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "sps",
+    } <= set(rows[0])
     assert res.updates == 3 and res.env_steps == 3 * 64 * 8 and res.eval_episodes == 20
-    assert not list(run.glob(".*tmp*"))                          # atomic writes leave no temp files
+    assert not list(run.glob(".*tmp*"))  # atomic writes leave no temp files
     algo = load_policy(run, env=BitEnv(16, seed=5))
     saved = torch.load(run / "model.pt", weights_only=False)
     for k, v in algo.actor.state_dict().items():
@@ -276,16 +308,41 @@ def test_cli_errors_exit_2_and_json_last_line(tmp_path):
     from societas.marl.comm.cli import app
 
     runner = CliRunner()
-    for args, bad in ((["--env", "gridworld"], "gridworld"), (["--algo", "qmix"], "qmix"),
-                      (["--comm", "smoke"], "smoke")):
+    for args, bad in (
+        (["--env", "gridworld"], "gridworld"),
+        (["--algo", "qmix"], "qmix"),
+        (["--comm", "smoke"], "smoke"),
+    ):
         r = runner.invoke(app, ["comm", *args, "--out", str(tmp_path / "x")])
         assert r.exit_code == 2, r.output
         assert bad in r.output and "known" in r.output
-    r = runner.invoke(app, ["comm", "--comm", "gat", "--comm-kwargs", '{"bogus": 1}', "--out", str(tmp_path / "x")])
+    r = runner.invoke(
+        app, ["comm", "--comm", "gat", "--comm-kwargs", '{"bogus": 1}', "--out", str(tmp_path / "x")]
+    )
     assert r.exit_code == 2 and "bogus" in r.output
-    r = runner.invoke(app, ["comm", "--env", "speaker_listener", "--comm", "tarmac", "--steps", "400",
-                            "--num-envs", "16", "--device", "cpu", "--eval-episodes", "4", "--seed", "3",
-                            "--out", str(tmp_path / "run"), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "comm",
+            "--env",
+            "speaker_listener",
+            "--comm",
+            "tarmac",
+            "--steps",
+            "400",
+            "--num-envs",
+            "16",
+            "--device",
+            "cpu",
+            "--eval-episodes",
+            "4",
+            "--seed",
+            "3",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["comm"] == "tarmac" and d["env_steps"] == 400 and d["eval_episodes"] == 4

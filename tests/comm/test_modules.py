@@ -58,10 +58,10 @@ def test_commnet_equals_hand_computed_mean_of_others():
     out = m(h)
     x = h.clone()
     for k in range(2):
-        c = torch.stack([(x.sum(1) - x[:, i]) / 2 for i in range(3)], 1)   # mean of the OTHER agents
+        c = torch.stack([(x.sum(1) - x[:, i]) / 2 for i in range(3)], 1)  # mean of the OTHER agents
         x = torch.tanh(x @ m.H[k].weight.T + m.H[k].bias + c @ m.C[k].weight.T)
     torch.testing.assert_close(out.h, x)
-    assert out.messages.tolist() == [12.0] * 3            # 3 * 2 directed pairs * 2 rounds
+    assert out.messages.tolist() == [12.0] * 3  # 3 * 2 directed pairs * 2 rounds
     # with a given adjacency the mean is over the neighbours only
     adj = torch.tensor([[0, 1, 0], [1, 0, 1], [0, 0, 0]])
     m1 = _seeded(CommNet, H, 3, rounds=1)
@@ -110,7 +110,7 @@ def test_ic3net_closed_gate_sends_nothing():
     # with the gate open, agent 0 is heard
     open_ = m(h2, samples={"gate": torch.ones(3, 3)}).h
     assert not torch.allclose(open_[:, 1:], m(h.detach(), samples={"gate": torch.ones(3, 3)}).h[:, 1:])
-    assert out.messages.tolist() == [8.0] * 3             # 2 open senders * 2 receivers * 2 rounds
+    assert out.messages.tolist() == [8.0] * 3  # 2 open senders * 2 receivers * 2 rounds
     # the gate's log-probability is the Bernoulli log-likelihood of the chosen gates
     p = torch.sigmoid(m.gate(h.detach())).squeeze(-1)
     expect = gate * p.log() + (1 - gate) * (1 - p).log()
@@ -130,9 +130,9 @@ def test_dial_is_noisy_in_training_and_discrete_at_execution():
     h = _h(requires_grad=True)
     m.train()
     a, b = m(h), m(h)
-    assert not torch.allclose(a.extras["channel"], b.extras["channel"])   # fresh noise each pass
+    assert not torch.allclose(a.extras["channel"], b.extras["channel"])  # fresh noise each pass
     ch = a.extras["channel"]
-    assert ((ch > 0) & (ch < 1)).all()                                     # continuous in training
+    assert ((ch > 0) & (ch < 1)).all()  # continuous in training
     # the channel is differentiable: a receiver's output has gradient w.r.t. a sender's state
     (grad,) = torch.autograd.grad(a.h[:, 1].sum(), h)
     assert grad[:, 0].abs().max() > 0
@@ -156,12 +156,12 @@ def test_gat_no_information_along_missing_edges():
     torch.testing.assert_close(out2.h[:, :2], out.h[:, :2])
     h3 = h.clone()
     h3[:, 0] += 3.0
-    assert not torch.allclose(m(h3, adj).h[:, 2], out.h[:, 2])            # 0 -> 2 exists
-    assert not torch.allclose(m(h3, adj).h[:, 1], out.h[:, 1])            # 0 -> 1 exists
+    assert not torch.allclose(m(h3, adj).h[:, 2], out.h[:, 2])  # 0 -> 2 exists
+    assert not torch.allclose(m(h3, adj).h[:, 1], out.h[:, 1])  # 0 -> 1 exists
     for alpha in out.extras["attention"]:
         torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 2, 3))
         assert (alpha[..., 0, 2] == 0).all() and (alpha[..., 1, 2] == 0).all()
-    assert out.messages.tolist() == [12.0] * 3             # 4 edges * 3 rounds
+    assert out.messages.tolist() == [12.0] * 3  # 4 edges * 3 rounds
 
 
 def test_gat_scheduler_only_removes_edges():
@@ -197,12 +197,12 @@ def test_commformer_graph_is_learned_by_gradient_and_blocks_unselected_senders()
     h = _h(n=4)
     m.train()
     m(h).h.sum().backward()
-    assert m.alpha.grad is not None and m.alpha.grad.abs().sum() > 0     # straight-through
+    assert m.alpha.grad is not None and m.alpha.grad.abs().sum() > 0  # straight-through
     m.eval()
     g = m.graph(1)[0]
     out = m(h)
     for i in range(4):
-        j = next(x for x in range(4) if x != i and g[i, x] == 0)           # a sender i does not hear
+        j = next(x for x in range(4) if x != i and g[i, x] == 0)  # a sender i does not hear
         h2 = h.clone()
         h2[:, j] += 3.0
         torch.testing.assert_close(m(h2).h[:, i], out.h[:, i])

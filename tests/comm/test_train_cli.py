@@ -16,17 +16,48 @@ def _last_json(output: str) -> dict:
 
 def test_train_comm_and_routing_are_mounted(tmp_path):
     runner = CliRunner()
-    res = runner.invoke(app, ["train", "comm", "--env", "speaker_listener", "--comm", "commnet",
-                              "--steps", "6400", "--num-envs", "64", "--eval-episodes", "4",
-                              "--threads", "1", "--out", str(tmp_path / "comm"), "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "comm",
+            "--env",
+            "speaker_listener",
+            "--comm",
+            "commnet",
+            "--steps",
+            "6400",
+            "--num-envs",
+            "64",
+            "--eval-episodes",
+            "4",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path / "comm"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = _last_json(res.output)
     assert out["comm"] == "commnet" and out["env_steps"] >= 6400
     for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", "model.pt", "summary.md"):
         assert (tmp_path / "comm" / name).exists(), name
 
-    res = runner.invoke(app, ["train", "routing", "--method", "gptswarm", "--steps", "20",
-                              "--out", str(tmp_path / "routing"), "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "routing",
+            "--method",
+            "gptswarm",
+            "--steps",
+            "20",
+            "--out",
+            str(tmp_path / "routing"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = _last_json(res.output)
     assert out["method"] == "gptswarm" and "fully_connected" in out["table"]

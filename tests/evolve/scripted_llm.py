@@ -24,6 +24,8 @@ def answer(messages, params=None):
             continue
         if abs(value - TARGET[name]) > 1e-3:
             new = value + (TARGET[name] - value) * 0.5
-            return (f"Move {name} towards the data.\n<<<<<<< SEARCH\n{match.group(0)}\n=======\n"
-                    f"    {name} = {new!r}\n>>>>>>> REPLACE\n")
+            return (
+                f"Move {name} towards the data.\n<<<<<<< SEARCH\n{match.group(0)}\n=======\n"
+                f"    {name} = {new!r}\n>>>>>>> REPLACE\n"
+            )
     return "<<<<<<< SEARCH\nnot in the program\n=======\nx\n>>>>>>> REPLACE\n"

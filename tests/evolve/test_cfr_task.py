@@ -19,7 +19,7 @@ def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
 
     task = load_task("cfr")
     cfg = load_config(task.config_path)
-    assert cfg.evaluator.memory_mb >= 1024          # importing torch in the sandbox needs it
+    assert cfg.evaluator.memory_mb >= 1024  # importing torch in the sandbox needs it
     evaluator = TaskEvaluator(task.evaluator_path, cfg.evaluator)
     assert evaluator.stages == ("evaluate_stage1", "evaluate")
     job = evaluator.job(task.initial_program)
@@ -29,7 +29,9 @@ def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
 
     out = run_evaluation(replace(job, stages=("evaluate_stage1",)))
     assert out.status == "ok", out.failure
-    expected = CFRSolver("kuhn_poker(players=3)", get_algorithm("cfr+"), device="cpu").run(100).exploitability[0]
+    expected = (
+        CFRSolver("kuhn_poker(players=3)", get_algorithm("cfr+"), device="cpu").run(100).exploitability[0]
+    )
     assert out.metrics["combined_score"] == pytest.approx(-expected, rel=1e-9, abs=1e-12)
     assert out.metrics["neg_expl_kuhn_poker_players_3"] == out.metrics["combined_score"]
 
@@ -38,7 +40,7 @@ def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
 def test_a_perturbed_seed_is_a_different_valid_algorithm():
     task = load_task("cfr")
     cfg = load_config(task.config_path)
-    assert cfg.mutation.perturb_ints is False     # the task's integers are tensor dimensions
+    assert cfg.mutation.perturb_ints is False  # the task's integers are tensor dimensions
     child, _ = perturb_constants(task.initial_program, random.Random(1), cfg)
     assert frozen_parts_equal(task.initial_program, child) and child != task.initial_program
     from dataclasses import replace

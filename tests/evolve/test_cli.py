@@ -23,8 +23,13 @@ TASK = Path(__file__).parent / "tasks" / "curve_fit"
 
 
 def cli(*args, check=True, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "evolve", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evolve", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -40,7 +45,9 @@ def test_run_json_and_report(tmp_path):
     assert set(result) == {"best_score", "seed_score", "evaluated", "failed", "run_dir"}
     assert result["best_score"] >= result["seed_score"] > 0
     run_dir = Path(result["run_dir"])
-    assert {"config.yaml", "metrics.jsonl", "programs.db", "summary.md", "run.json"} <= {p.name for p in run_dir.iterdir()}
+    assert {"config.yaml", "metrics.jsonl", "programs.db", "summary.md", "run.json"} <= {
+        p.name for p in run_dir.iterdir()
+    }
     (run_dir / "summary.md").unlink()
     report = last_json(cli("report", run_dir, "--json"))
     summary = (run_dir / "summary.md").read_text()
@@ -52,8 +59,17 @@ def test_run_json_and_report(tmp_path):
 
 
 def test_scripted_llm_through_the_cli(tmp_path):
-    proc = cli("run", TASK, "--iterations", 8, "--out", tmp_path, "--json",
-               "--llm", "function:tests.evolve.scripted_llm:answer")
+    proc = cli(
+        "run",
+        TASK,
+        "--iterations",
+        8,
+        "--out",
+        tmp_path,
+        "--json",
+        "--llm",
+        "function:tests.evolve.scripted_llm:answer",
+    )
     result = last_json(proc)
     assert result["best_score"] > result["seed_score"]
 
@@ -81,8 +97,11 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
     task = tmp_path / "slow_curve"
     shutil.copytree(TASK, task)
     evaluator = task / "evaluator.py"
-    evaluator.write_text(evaluator.read_text().replace(
-        "def evaluate(program_path):\n", "def evaluate(program_path):\n    import time; time.sleep(0.2)\n"))
+    evaluator.write_text(
+        evaluator.read_text().replace(
+            "def evaluate(program_path):\n", "def evaluate(program_path):\n    import time; time.sleep(0.2)\n"
+        )
+    )
     for path in (task, *task.iterdir()):
         path.chmod(0o755)
     out = tmp_path / "runs"
@@ -90,10 +109,27 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
     # The killed run cannot remove its in-flight sandbox scratch directories: keep them in tmp_path.
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "evolve", "run", str(task), "--iterations", str(iterations),
-                             "--workers", "2", "--out", str(out), "--json"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "TMPDIR": str(scratch)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evolve",
+            "run",
+            str(task),
+            "--iterations",
+            str(iterations),
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     try:
         deadline = time.monotonic() + 60
         committed = 0
@@ -118,8 +154,8 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
 
     resumed = cli("run", "--resume", run_dir, "--json")
     after = signature(run_dir)
-    assert [row[0] for row in after] == list(range(iterations + 1))   # every iteration exactly once
-    assert all(row in after for row in before)                         # nothing committed was lost or changed
+    assert [row[0] for row in after] == list(range(iterations + 1))  # every iteration exactly once
+    assert all(row in after for row in before)  # nothing committed was lost or changed
     assert last_json(resumed)["run_dir"] == str(run_dir)
 
     # ... and the result equals an uninterrupted run with the same seed.

@@ -25,8 +25,10 @@ TASK = Path(__file__).parent / "tasks" / "curve_fit"
 def signature(run_dir):
     store = ProgramStore(Path(run_dir) / "programs.db")
     try:
-        return [(p.iteration, p.id, p.parent_id, p.island, p.status, p.metrics, p.mutation.get("kind"))
-                for p in store.programs()]
+        return [
+            (p.iteration, p.id, p.parent_id, p.island, p.status, p.metrics, p.mutation.get("kind"))
+            for p in store.programs()
+        ]
     finally:
         store.close()
 
@@ -68,7 +70,7 @@ def test_same_seed_gives_the_same_run_whatever_the_workers_or_executor(tmp_path,
     fake.is_initialized = lambda: state["init"] is not None
     fake.init = lambda **kw: state.update(init=kw, started=kw)
     fake.shutdown = lambda: state.update(init=None, shut=True)
-    fake.remote = lambda **opts: (lambda fn: types.SimpleNamespace(remote=lambda job: Ref(fn, job)))
+    fake.remote = lambda **opts: lambda fn: types.SimpleNamespace(remote=lambda job: Ref(fn, job))
     # finish in reverse submission order, as a cluster might
     fake.wait = lambda pending, num_returns=1: ([pending[-1]], pending[:-1])
     fake.get = lambda ref: ref.fn(ref.job)
@@ -107,7 +109,7 @@ def test_scripted_llm_diffs_improve_and_malformed_answers_are_recorded(tmp_path)
     result = ctl.run()
     ctl.close()
     assert result.best_score > result.seed_score + 0.05
-    assert llm.calls == 4 and llm.batch_sizes == [4, 4, 4, 4]    # one batched call per batch
+    assert llm.calls == 4 and llm.batch_sizes == [4, 4, 4, 4]  # one batched call per batch
     programs = ProgramStore(tmp_path / "llm" / "programs.db").programs()
     failed = [p for p in programs if p.status == "mutation_failed"]
     assert failed, "the script answers malformed text for some seeds"
@@ -133,7 +135,7 @@ def test_resume_continues_without_reevaluating(tmp_path, monkeypatch):
     after = signature(tmp_path / "part")
     assert after[: len(before)] == before
     assert after == signature(tmp_path / "full")
-    assert len(evaluated) <= 6        # only the new iterations (minus failed mutations) were evaluated
+    assert len(evaluated) <= 6  # only the new iterations (minus failed mutations) were evaluated
 
 
 def test_resume_refuses_a_changed_task_or_seed(tmp_path):
@@ -149,7 +151,8 @@ def test_failing_seed_program_stops_the_run(tmp_path):
     task_dir = tmp_path / "broken"
     task_dir.mkdir()
     (task_dir / "initial_program.py").write_text(
-        (TASK / "initial_program.py").read_text().replace("return a * x * x", "return undefined_name * x"))
+        (TASK / "initial_program.py").read_text().replace("return a * x * x", "return undefined_name * x")
+    )
     (task_dir / "evaluator.py").write_text((TASK / "evaluator.py").read_text())
     for path in (task_dir, *task_dir.iterdir()):
         path.chmod(0o755)

@@ -14,9 +14,15 @@ from societas.evolve.program import Program
 
 def prog(iteration, fitness, code=None, island=0, status="ok"):
     code = code if code is not None else f"x = {iteration}\n" + "# pad\n" * iteration
-    return Program(id=f"p{iteration}", code=code, iteration=iteration, island=island,
-                   metrics={"combined_score": fitness} if fitness is not None else {},
-                   fitness=fitness, status=status)
+    return Program(
+        id=f"p{iteration}",
+        code=code,
+        iteration=iteration,
+        island=island,
+        metrics={"combined_score": fitness} if fitness is not None else {},
+        fitness=fitness,
+        status=status,
+    )
 
 
 def test_store_commits_each_program_in_wal_mode_and_rejects_a_second_program_per_iteration(tmp_path):
@@ -37,13 +43,17 @@ def test_store_commits_each_program_in_wal_mode_and_rejects_a_second_program_per
 
 
 def test_grid_keeps_the_fittest_program_per_cell_and_separates_cells():
-    cfg = DatabaseConfig(num_islands=1, feature_dimensions=["complexity"], feature_bins=4,
-                         feature_ranges={"complexity": (0, 400)})
+    cfg = DatabaseConfig(
+        num_islands=1,
+        feature_dimensions=["complexity"],
+        feature_bins=4,
+        feature_ranges={"complexity": (0, 400)},
+    )
     pop = Population(cfg)
     pop.add(prog(0, 0.1, code="a" * 10))
-    pop.add(prog(1, 0.3, code="b" * 20))         # same cell (bin 0) and fitter: replaces
-    pop.add(prog(2, 0.2, code="c" * 30))         # same cell, weaker: stays out of the grid
-    pop.add(prog(3, 0.05, code="d" * 350))       # another cell
+    pop.add(prog(1, 0.3, code="b" * 20))  # same cell (bin 0) and fitter: replaces
+    pop.add(prog(2, 0.2, code="c" * 30))  # same cell, weaker: stays out of the grid
+    pop.add(prog(3, 0.05, code="d" * 350))  # another cell
     grid = pop.islands[0].grid
     assert grid == {(0,): "p1", (3,): "p3"}
     assert pop.best().id == "p1"
@@ -55,23 +65,26 @@ def test_diversity_feature_measures_difference_to_elites():
 
 
 def test_ring_migration_moves_the_best_programs_to_the_next_island():
-    cfg = DatabaseConfig(num_islands=3, migration_interval=4, migration_rate=0.5, feature_dimensions=["complexity"])
+    cfg = DatabaseConfig(
+        num_islands=3, migration_interval=4, migration_rate=0.5, feature_dimensions=["complexity"]
+    )
     pop = Population(cfg)
     pop.add(prog(0, 0.0))
     pop.add(prog(1, 0.9, island=0))
     pop.add(prog(2, 0.1, island=1))
     pop.add(prog(3, 0.2, island=2))
     assert "p1" not in pop.islands[1].members
-    pop.add(prog(4, 0.3, island=1))               # iteration 4: migration is due
+    pop.add(prog(4, 0.3, island=1))  # iteration 4: migration is due
     assert pop.migrations == 1
-    assert "p1" in pop.islands[1].members        # island 0's best went to island 1
-    assert "p4" in pop.islands[2].members        # island 1's best went to island 2
-    assert "p3" in pop.islands[0].members        # and the ring closes
+    assert "p1" in pop.islands[1].members  # island 0's best went to island 1
+    assert "p4" in pop.islands[2].members  # island 1's best went to island 2
+    assert "p3" in pop.islands[0].members  # and the ring closes
 
 
 def test_archive_and_population_are_bounded():
-    cfg = DatabaseConfig(num_islands=1, archive_size=3, population_size=4, feature_dimensions=["complexity"],
-                         feature_bins=1)
+    cfg = DatabaseConfig(
+        num_islands=1, archive_size=3, population_size=4, feature_dimensions=["complexity"], feature_bins=1
+    )
     pop = Population(cfg)
     for i in range(10):
         pop.add(prog(i, i / 10))
@@ -94,7 +107,7 @@ def test_selection_ratios_pick_from_archive_island_or_anywhere():
     assert {exploit.sample(1, random.Random(s)).parent.id for s in range(20)} == {"p1"}
     explore = build(exploitation_ratio=0.0, exploration_ratio=1.0)
     picks = {explore.sample(1, random.Random(s)).parent.id for s in range(40)}
-    assert picks == {"p0", "p2", "p3"}             # island 1's members only
+    assert picks == {"p0", "p2", "p3"}  # island 1's members only
     anywhere = build(exploitation_ratio=0.0, exploration_ratio=0.0)
     assert {anywhere.sample(1, random.Random(s)).parent.id for s in range(60)} == {"p0", "p1", "p2", "p3"}
     sel = explore.sample(1, random.Random(0), num_top=2, num_diverse=0)
@@ -105,8 +118,9 @@ def test_selection_ratios_pick_from_archive_island_or_anywhere():
 def test_population_rebuilt_from_the_same_programs_is_identical():
     cfg = DatabaseConfig(num_islands=2, migration_interval=3)
     rng = random.Random(1)
-    programs = [prog(0, 0.0)] + [prog(i, rng.random(), code=f"y = {i}\n" * (i % 5 + 1), island=i % 2)
-                                 for i in range(1, 30)]
+    programs = [prog(0, 0.0)] + [
+        prog(i, rng.random(), code=f"y = {i}\n" * (i % 5 + 1), island=i % 2) for i in range(1, 30)
+    ]
     a, b = Population(cfg), Population(cfg)
     for p in programs:
         a.add(p)

@@ -21,7 +21,7 @@ needs_bwrap = [
 ]
 CURVE = Path(__file__).parent / "tasks" / "curve_fit"
 
-EVALUATOR = '''
+EVALUATOR = """
 import importlib.util, math
 
 def _run(path):
@@ -32,7 +32,7 @@ def _run(path):
 
 def evaluate(program_path):
     return _run(program_path)
-'''
+"""
 
 
 def make_task(tmp_path: Path, evaluator: str = EVALUATOR) -> Path:
@@ -45,11 +45,17 @@ def make_task(tmp_path: Path, evaluator: str = EVALUATOR) -> Path:
 
 
 def candidate(body: str) -> str:
-    return "import os, sys, math\n# EVOLVE-BLOCK-START\ndef run():\n" + textwrap.indent(textwrap.dedent(body), "    ") + "# EVOLVE-BLOCK-END\n"
+    return (
+        "import os, sys, math\n# EVOLVE-BLOCK-START\ndef run():\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + "# EVOLVE-BLOCK-END\n"
+    )
 
 
 def evaluate(tmp_path, body, **config):
-    ev = TaskEvaluator(make_task(tmp_path) / "evaluator.py", EvaluatorConfig(**{"timeout": 10, "memory_mb": 512, **config}))
+    ev = TaskEvaluator(
+        make_task(tmp_path) / "evaluator.py", EvaluatorConfig(**{"timeout": 10, "memory_mb": 512, **config})
+    )
     return ev.evaluate(candidate(body))
 
 
@@ -72,11 +78,14 @@ def test_cascade_stops_below_the_threshold():
 
 
 def test_openevolve_evaluation_result_objects_and_artifacts_are_accepted(tmp_path):
-    task = make_task(tmp_path, """
+    task = make_task(
+        tmp_path,
+        """
         from openevolve.evaluation_result import EvaluationResult
         def evaluate(program_path):
             return EvaluationResult(metrics={"combined_score": 0.5}, artifacts={"note": "hello"})
-    """)
+    """,
+    )
     out = TaskEvaluator(task / "evaluator.py", EvaluatorConfig(timeout=10)).evaluate(candidate("return 1\n"))
     assert out.status == "ok" and out.metrics == {"combined_score": 0.5} and out.artifacts["note"] == "hello"
 
@@ -100,7 +109,9 @@ def test_crashes_and_invalid_metrics_fail_with_the_reason(tmp_path, body, reason
 
 
 def test_printing_a_fake_result_marker_does_not_forge_metrics(tmp_path):
-    out = evaluate(tmp_path, "print('__EVOLVE_RESULT__ {\"metrics\": {\"combined_score\": 99}}')\nos._exit(0)\n")
+    out = evaluate(
+        tmp_path, 'print(\'__EVOLVE_RESULT__ {"metrics": {"combined_score": 99}}\')\nos._exit(0)\n'
+    )
     assert out.status == "failed" and "no result reported" in out.failure
 
 
@@ -129,7 +140,9 @@ def test_endless_loop_is_killed_at_the_timeout(tmp_path, _):
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
 def test_memory_blowup_is_contained(tmp_path, _):
-    out = evaluate(tmp_path, "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))\n", memory_mb=256)
+    out = evaluate(
+        tmp_path, "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))\n", memory_mb=256
+    )
     assert out.status == "failed"
     assert "MemoryError" in out.failure or "memory limit" in out.failure
 
@@ -145,7 +158,9 @@ def test_fork_bomb_is_contained(tmp_path, _):
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
 def test_network_is_unreachable(tmp_path, _):
-    out = evaluate(tmp_path, "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\nreturn {'x': 1}\n")
+    out = evaluate(
+        tmp_path, "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)\nreturn {'x': 1}\n"
+    )
     assert out.status == "failed"
     assert "OSError" in out.failure or "unreachable" in out.failure
 

@@ -71,14 +71,16 @@ def test_report_scores_seed_best_and_baselines_on_the_held_out_set_and_caches(ta
     assert result.best_score > result.seed_score
 
     seen = []
-    figures = write_report(tmp_path / "runs", on_held_out=lambda entry, done, total: seen.append((entry.label, total)))
-    assert figures["run_dir"] == str(tmp_path / "runs" / "r1")      # the --out directory stands for its run
+    figures = write_report(
+        tmp_path / "runs", on_held_out=lambda entry, done, total: seen.append((entry.label, total))
+    )
+    assert figures["run_dir"] == str(tmp_path / "runs" / "r1")  # the --out directory stands for its run
     labels = [label for label, _ in seen]
     assert len(seen) == 4 and all(total == 4 for _, total in seen)
     assert "seed" in labels and "exact" in labels and "broken" in labels and "zero" not in labels
     best_label = next(label for label in labels if label.startswith("best evolved"))
     held = figures["held_out"]
-    assert held["exact"] == 1.0                                     # the hidden curve itself
+    assert held["exact"] == 1.0  # the hidden curve itself
     assert held["broken"] is None
     assert held[best_label] > held["seed"]
 
@@ -87,7 +89,8 @@ def test_report_scores_seed_best_and_baselines_on_the_held_out_set_and_caches(ta
     assert '"held_out_points": 7' in summary
     assert "| exact (baseline) |" in summary and "| seed |" in summary and f"| {best_label} |" in summary
     assert "broken failed" in summary and "no model here" in json.dumps(
-        json.loads((tmp_path / "runs" / "r1" / HELD_OUT_FILE).read_text()))
+        json.loads((tmp_path / "runs" / "r1" / HELD_OUT_FILE).read_text())
+    )
     assert "| program | far_mse | points | mean |" in summary
     # points came from task_settings.json in the sandbox
     cache = json.loads((tmp_path / "runs" / "r1" / HELD_OUT_FILE).read_text())
@@ -95,7 +98,7 @@ def test_report_scores_seed_best_and_baselines_on_the_held_out_set_and_caches(ta
 
     again = []
     figures2 = write_report(tmp_path / "runs" / "r1", on_held_out=lambda e, d, t: again.append(e.label))
-    assert again == ["broken"]                   # successes come from held_out.json; failures are retried
+    assert again == ["broken"]  # successes come from held_out.json; failures are retried
     assert figures2["held_out"] == held
 
     no_held_out = write_report(tmp_path / "runs" / "r1", held_out=False)
@@ -128,4 +131,7 @@ def test_task_settings_must_be_json_and_reach_the_job():
     cfg = parse_config({"evaluator": {"task_settings": {"iterations": 5}}})
     job = TaskEvaluator(CURVE_FIT / "evaluator.py", cfg.evaluator).job("x = 1\n")
     assert json.loads(job.task_settings) == {"iterations": 5}
-    assert TaskEvaluator(CURVE_FIT / "evaluator.py", parse_config({}).evaluator).job("x = 1\n").task_settings == ""
+    assert (
+        TaskEvaluator(CURVE_FIT / "evaluator.py", parse_config({}).evaluator).job("x = 1\n").task_settings
+        == ""
+    )

@@ -25,7 +25,7 @@ from societas.evolve.mutation import (
 )
 from societas.evolve.program import Program, extract_evolve_blocks, frozen_parts_equal
 
-CODE = '''import torch
+CODE = """import torch
 
 SCALE = 3.0  # frozen constant, never touched
 
@@ -46,7 +46,7 @@ class Hook:
 
 def frozen(a):
     return a + SCALE * 7
-'''
+"""
 
 CFG = parse_config({})
 
@@ -66,7 +66,8 @@ def test_diff_applies_inside_evolve_blocks_only():
 
 def test_several_blocks_apply_in_order():
     answer = diff("    z = x * 0.5 + y - 2  # comment kept", "    z = x * 0.25 + y") + diff(
-        "        return r * 2.0", "        return r")
+        "        return r * 2.0", "        return r"
+    )
     child, how = apply_llm_answer(CODE, answer)
     assert how == "diff" and "z = x * 0.25 + y\n" in child and "        return r\n" in child
 
@@ -94,13 +95,28 @@ def test_full_rewrite_is_transplanted_into_the_evolve_block():
 
 
 def test_prompt_shows_parent_metrics_artifacts_inspirations_and_format():
-    parent = Program(id="p", code=CODE, iteration=3, metrics={"combined_score": 0.5, "mse": 1.0}, fitness=0.5,
-                     artifacts={"evaluate_stderr": "Warning: slow"})
-    other = Program(id="q", code=CODE.replace("2.0", "9.0"), iteration=2, metrics={"combined_score": 0.7}, fitness=0.7)
+    parent = Program(
+        id="p",
+        code=CODE,
+        iteration=3,
+        metrics={"combined_score": 0.5, "mse": 1.0},
+        fitness=0.5,
+        artifacts={"evaluate_stderr": "Warning: slow"},
+    )
+    other = Program(
+        id="q", code=CODE.replace("2.0", "9.0"), iteration=2, metrics={"combined_score": 0.7}, fitness=0.7
+    )
     messages = build_prompt(parent, [other], CFG)
     assert messages[0]["role"] == "system"
     user = messages[1]["content"]
-    for needle in ("return r * 2.0", "mse: 1", "Warning: slow", "return r * 9.0", "<<<<<<< SEARCH", ">>>>>>> REPLACE"):
+    for needle in (
+        "return r * 2.0",
+        "mse: 1",
+        "Warning: slow",
+        "return r * 9.0",
+        "<<<<<<< SEARCH",
+        ">>>>>>> REPLACE",
+    ):
         assert needle in user
 
 
@@ -173,8 +189,12 @@ def test_mutator_without_llm_uses_ast_operators_and_rejects_an_empty_mix():
     assert "llm" not in mutator.kinds and "constant" in mutator.kinds
     with pytest.raises(ValueError, match="'llm' needs an LLM"):
         Mutator(parse_config({"mutation": {"weights": {"llm": 1.0}}}), None)
-    out = mutator.make([MutationRequest(1, "constant", _parent(), [], seed=5),
-                        MutationRequest(2, "crossover", _parent(), [], seed=5)])
+    out = mutator.make(
+        [
+            MutationRequest(1, "constant", _parent(), [], seed=5),
+            MutationRequest(2, "crossover", _parent(), [], seed=5),
+        ]
+    )
     assert out[0].code is not None and out[1].failure.startswith("crossover needs a second parent")
 
 
@@ -182,13 +202,17 @@ def test_llm_backend_error_fails_the_mutations_not_the_run():
     def boom(messages):
         raise ConnectionError("server down")
 
-    mutator = Mutator(parse_config({"mutation": {"weights": {"llm": 1.0}}}), LLMEnsemble([(FunctionLLM(boom), 1.0)]))
+    mutator = Mutator(
+        parse_config({"mutation": {"weights": {"llm": 1.0}}}), LLMEnsemble([(FunctionLLM(boom), 1.0)])
+    )
     [result] = mutator.make([MutationRequest(1, "llm", _parent(), [], seed=1, model_index=0)])
     assert result.code is None and "ConnectionError: server down" in result.failure
 
 
 def test_ensemble_choice_follows_weights():
-    ens = LLMEnsemble([(FunctionLLM(lambda m: "", name="a"), 9.0), (FunctionLLM(lambda m: "", name="b"), 1.0)])
+    ens = LLMEnsemble(
+        [(FunctionLLM(lambda m: "", name="a"), 9.0), (FunctionLLM(lambda m: "", name="b"), 1.0)]
+    )
     rng = random.Random(0)
     picks = [ens.choose(rng) for _ in range(1000)]
     assert 850 < picks.count(0) < 950

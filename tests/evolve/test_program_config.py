@@ -73,8 +73,15 @@ def test_fitness_prefers_combined_score_else_mean_of_numbers():
 
 
 def test_program_round_trips_and_ids_are_deterministic():
-    p = Program(id=program_id(1, 3, "x"), code="x", iteration=3, metrics={"a": 1.0}, fitness=1.0,
-                mutation={"kind": "constant"}, artifacts={"failure": "boom"})
+    p = Program(
+        id=program_id(1, 3, "x"),
+        code="x",
+        iteration=3,
+        metrics={"a": 1.0},
+        fitness=1.0,
+        mutation={"kind": "constant"},
+        artifacts={"failure": "boom"},
+    )
     assert Program.from_dict(p.to_dict()) == p
     assert program_id(1, 3, "x") == program_id(1, 3, "x") != program_id(2, 3, "x")
     assert p.failure == "boom"
@@ -90,9 +97,18 @@ def test_openevolve_config_maps_its_keys_and_ignores_unsupported_ones():
 
 
 def test_llm_models_with_weights_become_load_llm_uris():
-    cfg = parse_config({"llm": {"api_base": "http://localhost:8000/v1",
-                                "models": [{"name": "gpt-x", "weight": 0.8}, {"name": "embedded", "weight": 0.2},
-                                           {"name": "qwen", "api_base": "http://h:1/v1", "api_key": "k"}]}})
+    cfg = parse_config(
+        {
+            "llm": {
+                "api_base": "http://localhost:8000/v1",
+                "models": [
+                    {"name": "gpt-x", "weight": 0.8},
+                    {"name": "embedded", "weight": 0.2},
+                    {"name": "qwen", "api_base": "http://h:1/v1", "api_key": "k"},
+                ],
+            }
+        }
+    )
     uris = [m.uri(cfg.llm.api_base) for m in cfg.llm.models]
     assert uris == ["openai:http://localhost:8000/v1#gpt-x", "embedded", "openai:http://h:1/v1#qwen"]
     assert [m.weight for m in cfg.llm.models] == [0.8, 0.2, 1.0]
@@ -104,7 +120,10 @@ def test_llm_models_with_weights_become_load_llm_uris():
     [
         ({"database": {"num_island": 3}}, "database.num_island: unknown field"),
         ({"database": {"num_islands": 0}}, "database.num_islands"),
-        ({"database": {"exploration_ratio": 0.5, "exploitation_ratio": 0.7}}, "exploration_ratio + exploitation_ratio"),
+        (
+            {"database": {"exploration_ratio": 0.5, "exploitation_ratio": 0.7}},
+            "exploration_ratio + exploitation_ratio",
+        ),
         ({"evaluator": {"timeout": "soon"}}, "evaluator.timeout"),
         ({"mutation": {"weights": {"llm": 1, "teleport": 1}}}, "teleport"),
         ({"llm": {"models": [{"name": "a", "weight": -1}]}}, "llm.models.0.weight"),

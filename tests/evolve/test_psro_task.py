@@ -43,7 +43,7 @@ def test_seed_is_uniform_psro_exactly_in_the_sandbox():
     assert out.status == "ok", out.failure
     expected = run_psro(GAME, 3, "uniform", "uniform", device="cpu", seed=0).exploitability[-1]
     assert expected > 0
-    assert out.metrics["neg_expl_kuhn_poker_players_3"] == -expected      # bit for bit
+    assert out.metrics["neg_expl_kuhn_poker_players_3"] == -expected  # bit for bit
     assert out.metrics["combined_score"] == -expected
 
 
@@ -52,7 +52,8 @@ def test_invalid_meta_strategy_fails_with_the_reason():
     task = load_task("psro")
     bad = task.initial_program.replace(
         "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights / weights.sum())\n        return strategies\n# EVOLVE",
-        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights)\n        return strategies\n# EVOLVE")
+        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights)\n        return strategies\n# EVOLVE",
+    )
     assert bad != task.initial_program
     out = run_evaluation(_job(bad, "evaluate_stage1", stage1_iterations=2))
     assert out.status == "failed"
@@ -90,10 +91,9 @@ def test_a_short_search_improves_on_the_seed_and_reports_held_out(tmp_path):
     cfg = load_config(Path(task.config_path).with_name("demo.yaml"))
     cfg.max_iterations = 8
     cfg.database.migration_interval = 4
-    cfg.mutation.weights = {"constant": 1.0}            # no LLM in unit tests
+    cfg.mutation.weights = {"constant": 1.0}  # no LLM in unit tests
     cfg.evaluator.cascade_thresholds = [-1.0]
-    cfg.evaluator.task_settings = {"iterations": 8, "stage1_iterations": 3,
-                                   "held_out_iterations": 2}
+    cfg.evaluator.task_settings = {"iterations": 8, "stage1_iterations": 3, "held_out_iterations": 2}
     cfg.held_out.baselines = ["rm"]
     controller = Controller(task, cfg, tmp_path / "run", executor=ProcessExecutor(2))
     try:

@@ -14,9 +14,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _run(*args: str, module: tuple[str, ...] = ("societas.marl.games",), timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *module, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def _run(
+    *args: str, module: tuple[str, ...] = ("societas.marl.games",), timeout: int = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _last_json(stdout: str) -> dict:
@@ -27,8 +35,9 @@ def test_solve_json_matches_openspiel_cfr():
     import pyspiel
     from open_spiel.python.algorithms import exploitability
 
-    r = _run("solve", "--game", "kuhn_poker", "--algo", "cfr", "--iterations", "50", "--json",
-             "--device", "cpu")
+    r = _run(
+        "solve", "--game", "kuhn_poker", "--algo", "cfr", "--iterations", "50", "--json", "--device", "cpu"
+    )
     assert r.returncode == 0, r.stderr
     out = _last_json(r.stdout)
     game = pyspiel.load_game("kuhn_poker")
@@ -38,21 +47,50 @@ def test_solve_json_matches_openspiel_cfr():
     ref = exploitability.exploitability(game, solver.average_policy())
     assert out["exploitability"] == pytest.approx(ref, abs=1e-9)
     assert out["nash_conv"] == pytest.approx(2 * ref, abs=1e-9)
-    assert {"game", "algorithm", "iterations", "nash_conv", "exploitability", "wall_seconds",
-            "solve_seconds", "device", "histories", "infosets"} <= set(out)
-    assert (out["game"], out["algorithm"], out["iterations"], out["device"]) == ("kuhn_poker", "cfr", 50, "cpu")
+    assert {
+        "game",
+        "algorithm",
+        "iterations",
+        "nash_conv",
+        "exploitability",
+        "wall_seconds",
+        "solve_seconds",
+        "device",
+        "histories",
+        "infosets",
+    } <= set(out)
+    assert (out["game"], out["algorithm"], out["iterations"], out["device"]) == (
+        "kuhn_poker",
+        "cfr",
+        50,
+        "cpu",
+    )
     assert (out["histories"], out["infosets"]) == (58, 12)
     assert 0 < out["solve_seconds"] <= out["wall_seconds"]
 
 
-@pytest.mark.parametrize("module,args,needle", [
-    (("societas.marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
-    (("marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
-    (("societas.marl.games",), ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"], "foo"),
-    (("marl", "games"), ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
-     "bogus"),
-    (("societas.marl.games",), ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"], "nope_game"),
-])
+@pytest.mark.parametrize(
+    "module,args,needle",
+    [
+        (("societas.marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
+        (("marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
+        (
+            ("societas.marl.games",),
+            ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"],
+            "foo",
+        ),
+        (
+            ("marl", "games"),
+            ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
+            "bogus",
+        ),
+        (
+            ("societas.marl.games",),
+            ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"],
+            "nope_game",
+        ),
+    ],
+)
 def test_unknown_game_or_algorithm_exits_2(module, args, needle):
     r = _run(*args, module=module)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -62,8 +100,21 @@ def test_unknown_game_or_algorithm_exits_2(module, args, needle):
 
 def test_table_writes_markdown_json_and_plots(tmp_path):
     out = tmp_path / "tab"
-    r = _run("table", "--iterations", "20", "--games", "kuhn_poker", "--algos", "cfr", "cfr+",
-             "--out", str(out), "--device", "cpu", "--json")
+    r = _run(
+        "table",
+        "--iterations",
+        "20",
+        "--games",
+        "kuhn_poker",
+        "--algos",
+        "cfr",
+        "cfr+",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     head = _last_json(r.stdout)
     assert head["algorithms"] == ["cfr", "cfr+"] and head["games"] == ["kuhn_poker"]
@@ -77,17 +128,46 @@ def test_table_writes_markdown_json_and_plots(tmp_path):
     assert res["cfr"]["curve"][0][0] == 1 and res["cfr"]["curve"][-1][0] == 20
     assert (out / "curves_kuhn_poker.png").read_bytes()[:8] == PNG
     # the same run through the umbrella CLI, flags repeated instead of listed
-    r2 = _run("games", "table", "--iterations", "20", "--games", "kuhn_poker", "--algos", "cfr",
-              "--algos", "cfr+", "--out", str(tmp_path / "tab2"), "--device", "cpu", "--json",
-              module=("marl",))
+    r2 = _run(
+        "games",
+        "table",
+        "--iterations",
+        "20",
+        "--games",
+        "kuhn_poker",
+        "--algos",
+        "cfr",
+        "--algos",
+        "cfr+",
+        "--out",
+        str(tmp_path / "tab2"),
+        "--device",
+        "cpu",
+        "--json",
+        module=("marl",),
+    )
     assert r2.returncode == 0, r2.stderr
     assert _last_json(r2.stdout)["exploitability"] == head["exploitability"]
 
 
 def test_solve_plot_writes_png(tmp_path):
     png = tmp_path / "curve.png"
-    r = _run("solve", "--game", "kuhn_poker", "--algo", "cfr+", "--iterations", "40", "--plot",
-             str(png), "--simultaneous", "--eval-every", "10", "--device", "cpu")
+    r = _run(
+        "solve",
+        "--game",
+        "kuhn_poker",
+        "--algo",
+        "cfr+",
+        "--iterations",
+        "40",
+        "--plot",
+        str(png),
+        "--simultaneous",
+        "--eval-every",
+        "10",
+        "--device",
+        "cpu",
+    )
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == PNG
     assert "simultaneous" in r.stdout and "exploitability" in r.stdout
@@ -98,9 +178,18 @@ def test_helpers():
     from societas.marl.games.plots import log_checkpoints
 
     assert expand_multi_args(["table", "--algos", "cfr", "cfr+", "--iterations", "3"]) == [
-        "table", "--algos", "cfr", "--algos", "cfr+", "--iterations", "3"]
+        "table",
+        "--algos",
+        "cfr",
+        "--algos",
+        "cfr+",
+        "--iterations",
+        "3",
+    ]
     assert expand_multi_args(["--games", "goofspiel(num_cards=4,imp_info=True)"]) == [
-        "--games", "goofspiel(num_cards=4,imp_info=True)"]
+        "--games",
+        "goofspiel(num_cards=4,imp_info=True)",
+    ]
     assert game_slug("kuhn_poker(players=3)") == "kuhn_poker_players_3"
     pts = log_checkpoints(1000, 30)
     assert pts[0] == 1 and pts[-1] == 1000 and pts == sorted(set(pts)) and len(pts) <= 31
@@ -109,8 +198,14 @@ def test_helpers():
 
 @pytest.mark.slow
 def test_cfr_speed_benchmark_quick():
-    r = subprocess.run([sys.executable, "benchmarks/cfr_speed.py", "--quick"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600, check=False)
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cfr_speed.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     head = _last_json(r.stdout)
     assert head["benchmark"] == "cfr_speed" and head["leduc_ours_it_s"] > 0
@@ -125,8 +220,18 @@ def test_psro_command_json_and_errors(tmp_path):
 
     import pyspiel
 
-    r = _run("psro", "--game", "kuhn_poker", "--train", "nash", "--iterations", "8",
-             "--plot", str(tmp_path / "psro.png"), "--json")
+    r = _run(
+        "psro",
+        "--game",
+        "kuhn_poker",
+        "--train",
+        "nash",
+        "--iterations",
+        "8",
+        "--plot",
+        str(tmp_path / "psro.png"),
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     # the curve starts at the uniform policy, whose exploitability OpenSpiel computes

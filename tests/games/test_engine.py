@@ -79,13 +79,15 @@ def test_batched_evaluation_equals_one_by_one():
     pols = torch.cat([tree.uniform_policy(), tree.random_policy(seed=1), tree.random_policy(seed=2)])
     batched = evaluate(tree, pols)
     for b in range(3):
-        single = evaluate(tree, pols[b:b + 1])
+        single = evaluate(tree, pols[b : b + 1])
         assert torch.allclose(batched.nash_conv[b], single.nash_conv[0], atol=1e-12)
         assert torch.allclose(batched.on_policy[b], single.on_policy[0], atol=1e-12)
 
 
-@pytest.mark.parametrize("game_string", ["kuhn_poker(players=3)", "leduc_poker",
-                                         "goofspiel(num_cards=4,imp_info=True,points_order=descending)"])
+@pytest.mark.parametrize(
+    "game_string",
+    ["kuhn_poker(players=3)", "leduc_poker", "goofspiel(num_cards=4,imp_info=True,points_order=descending)"],
+)
 def test_multipass_best_response_equals_sweep(game_string):
     tree = load_game(game_string, "cpu")
     pol = tree.random_policy(batch=2, seed=3)
@@ -109,8 +111,7 @@ def test_policy_value_matches_openspiel():
     tree = load_game(game_string, "cpu")
     game = load_openspiel_game(game_string)
     pol = tree.random_policy(seed=11)
-    ref = expected_game_score.policy_value(game.new_initial_state(),
-                                           [tree.to_tabular_policy(pol, game)] * 3)
+    ref = expected_game_score.policy_value(game.new_initial_state(), [tree.to_tabular_policy(pol, game)] * 3)
     assert np.allclose(policy_value(tree, pol)[0].numpy(), ref, atol=1e-12)
 
 
@@ -165,8 +166,9 @@ def test_simultaneous_updates_match_openspiel():
     tree = load_game("kuhn_poker(players=3)", "cpu")
     game = load_openspiel_game("kuhn_poker(players=3)")
     ours = CFRSolver(tree, "cfr", alternating=False, device="cpu")
-    ref = os_cfr._CFRSolver(game, regret_matching_plus=False, alternating_updates=False,
-                            linear_averaging=False)
+    ref = os_cfr._CFRSolver(
+        game, regret_matching_plus=False, alternating_updates=False, linear_averaging=False
+    )
     for _ in range(50):
         ours.step()
         ref.evaluate_and_update_policy()
@@ -218,7 +220,7 @@ def test_tree_cache_roundtrip(tmp_path, monkeypatch):
     a = build_arrays("leduc_poker")
     files = list((tmp_path / "games").glob("*.npz"))
     assert len(files) == 1
-    b = build_arrays("leduc_poker")          # from disk
+    b = build_arrays("leduc_poker")  # from disk
     for field in a.__dict__:
         x, y = getattr(a, field), getattr(b, field)
         if isinstance(x, np.ndarray):

@@ -36,6 +36,7 @@ from societas.marl.games.psro import (
 
 # ------------------------------------------------------------ references --
 
+
 def _support_enumeration_value(a: np.ndarray) -> float:
     """Value of the zero-sum game ``a`` (row maximises) by enumerating equal-size
     supports and solving the indifference equations (Shapley–Snow)."""
@@ -74,10 +75,18 @@ def _support_enumeration_value(a: np.ndarray) -> float:
     raise AssertionError("no equilibrium found")
 
 
-def _paper_hybrid_orm_solver(meta_games, iterations, blending_factor=0.0, temperature=0.1,
-                             momentum_beta=0.0, gain_normalization=True,
-                             diversity_bonus_coeff=0.0, return_average_strategy=True):
+def _paper_hybrid_orm_solver(
+    meta_games,
+    iterations,
+    blending_factor=0.0,
+    temperature=0.1,
+    momentum_beta=0.0,
+    gain_normalization=True,
+    diversity_bonus_coeff=0.0,
+    return_average_strategy=True,
+):
     """``_hybrid_orm_solver`` of arXiv 2602.16928 Listing 6, statement by statement."""
+
     def smoothed(payoff_vec, temperature):
         stable_payoffs = payoff_vec - np.max(payoff_vec)
         exp_payoffs = np.exp(stable_payoffs / temperature)
@@ -99,8 +108,7 @@ def _paper_hybrid_orm_solver(meta_games, iterations, blending_factor=0.0, temper
             payoff_vec = meta_games[p]
             for other_p in reversed(range(num_players)):
                 if other_p != p:
-                    payoff_vec = np.tensordot(payoff_vec, strategies[other_p],
-                                              axes=([other_p], [0]))
+                    payoff_vec = np.tensordot(payoff_vec, strategies[other_p], axes=([other_p], [0]))
             centered = payoff_vec - np.mean(payoff_vec)
             current[p] = centered
             optimistic = (1 + momentum_beta) * centered - momentum_beta * prev[p]
@@ -145,6 +153,7 @@ def _assert_distributions(strats, sizes):
 
 # ------------------------------------------------------------------- Nash --
 
+
 def test_nash_rock_paper_scissors():
     a = np.array([[0.0, -1, 1], [1, 0, -1], [-1, 1, 0]])
     (x, y), (v0, v1) = ms.zero_sum_nash([a, -a])
@@ -162,7 +171,7 @@ def test_nash_rock_paper_scissors():
 @pytest.mark.parametrize("seed,shape", [(0, (5, 7)), (1, (6, 4)), (2, (6, 6))])
 def test_nash_random_zero_sum_matches_support_enumeration(seed, shape):
     a = np.random.default_rng(seed).normal(size=shape)
-    (x, y), (v0, v1) = ms.zero_sum_nash([a + 3.0, 3.0 - a])      # constant-sum is fine
+    (x, y), (v0, v1) = ms.zero_sum_nash([a + 3.0, 3.0 - a])  # constant-sum is fine
     value = x @ a @ y
     ref = _support_enumeration_value(a)
     assert abs(value - ref) < 1e-7
@@ -182,6 +191,7 @@ def test_nash_refuses_other_games():
 
 # ------------------------------------------------------------ PRD and RM --
 
+
 def test_prd_rm_defaults_match_openspiel():
     sig = inspect.signature(os_prd.projected_replicator_dynamics).parameters
     s = ms.PRDSolver()
@@ -193,28 +203,32 @@ def test_prd_rm_defaults_match_openspiel():
     assert r.iterations == sig["iterations"].default and r.gamma == sig["gamma"].default
 
 
-@pytest.mark.parametrize("shape,window", [((6, 6), None), ((5, 7), None), ((6, 6), 100),
-                                          ((3, 3, 3), None), ((3, 4, 2), 50)])
+@pytest.mark.parametrize(
+    "shape,window", [((6, 6), None), ((5, 7), None), ((6, 6), 100), ((3, 3, 3), None), ((3, 4, 2), 50)]
+)
 def test_prd_matches_openspiel(shape, window):
     games = _random_games(shape, seed=len(shape) * 10 + shape[0])
     ref = os_prd.projected_replicator_dynamics(
-        games, prd_iterations=1500, prd_dt=0.05, average_over_last_n_strategies=window)
-    got = ms.PRDSolver(iterations=1500, dt=0.05,
-                       average_over_last_n_strategies=window).get_meta_strategy(games)
+        games, prd_iterations=1500, prd_dt=0.05, average_over_last_n_strategies=window
+    )
+    got = ms.PRDSolver(iterations=1500, dt=0.05, average_over_last_n_strategies=window).get_meta_strategy(
+        games
+    )
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, atol=1e-10)
     # the dynamics actually moved away from uniform (the comparison is not vacuous)
     assert max(np.abs(g - 1 / len(g)).max() for g in got) > 0.05
 
 
-@pytest.mark.parametrize("shape,window", [((6, 6), None), ((5, 7), None), ((6, 6), 100),
-                                          ((3, 3, 3), None), ((3, 4, 2), 50)])
+@pytest.mark.parametrize(
+    "shape,window", [((6, 6), None), ((5, 7), None), ((6, 6), 100), ((3, 3, 3), None), ((3, 4, 2), 50)]
+)
 def test_rm_matches_openspiel(shape, window):
     games = _random_games(shape, seed=len(shape) * 10 + shape[0] + 1)
-    ref = os_rm.regret_matching(games, iterations=1500, gamma=1e-3,
-                                average_over_last_n_strategies=window)
-    got = ms.RMSolver(iterations=1500, gamma=1e-3,
-                      average_over_last_n_strategies=window).get_meta_strategy(games)
+    ref = os_rm.regret_matching(games, iterations=1500, gamma=1e-3, average_over_last_n_strategies=window)
+    got = ms.RMSolver(iterations=1500, gamma=1e-3, average_over_last_n_strategies=window).get_meta_strategy(
+        games
+    )
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, atol=1e-10)
     assert max(np.abs(g - 1 / len(g)).max() for g in got) > 0.05
@@ -222,13 +236,27 @@ def test_rm_matches_openspiel(shape, window):
 
 # ------------------------------------------------------------------- SHOR --
 
+
 @pytest.mark.parametrize("shape", [(4, 5), (3, 3, 4)])
-@pytest.mark.parametrize("kw", [
-    {"blending_factor": 0.3, "temperature": 0.5, "momentum_beta": 0.5,
-     "diversity_bonus_coeff": 0.05, "return_average_strategy": True},
-    {"blending_factor": 0.01, "temperature": 0.001, "momentum_beta": 0.2,
-     "diversity_bonus_coeff": 0.0, "return_average_strategy": False},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {
+            "blending_factor": 0.3,
+            "temperature": 0.5,
+            "momentum_beta": 0.5,
+            "diversity_bonus_coeff": 0.05,
+            "return_average_strategy": True,
+        },
+        {
+            "blending_factor": 0.01,
+            "temperature": 0.001,
+            "momentum_beta": 0.2,
+            "diversity_bonus_coeff": 0.0,
+            "return_average_strategy": False,
+        },
+    ],
+)
 def test_hybrid_orm_matches_paper_listing(shape, kw):
     games = _random_games(shape, seed=sum(shape))
     ref = _paper_hybrid_orm_solver(games, 300, **kw)
@@ -243,15 +271,18 @@ def test_shor_train_schedule_anneals():
     assert first["blending_factor"] == pytest.approx(0.3 * 74 / 75 + 0.05 / 75)
     assert first["temperature"] == pytest.approx(0.5 * 74 / 75 + 0.01 / 75)
     assert first["diversity_bonus_coeff"] == pytest.approx(0.05 * 74 / 75 + 0.001 / 75)
-    for key, final in [("blending_factor", 0.05), ("temperature", 0.01),
-                       ("diversity_bonus_coeff", 0.001)]:
+    for key, final in [("blending_factor", 0.05), ("temperature", 0.01), ("diversity_bonus_coeff", 0.001)]:
         assert first[key] > mid[key] > end[key]
         assert end[key] == pytest.approx(final) and late[key] == pytest.approx(final)
     assert [s.solver_iterations(n) for n in (1, 31, 1000)] == [1000, 1600, 5000]
     e = ms.SHOREvalSolver()
     assert [e.solver_iterations(n) for n in (1, 31, 1000)] == [8000, 9500, 15000]
-    assert (e.blending_factor, e.temperature, e.momentum_beta, e.diversity_bonus_coeff) == \
-        (0.01, 0.001, 0.2, 0.0)
+    assert (e.blending_factor, e.temperature, e.momentum_beta, e.diversity_bonus_coeff) == (
+        0.01,
+        0.001,
+        0.2,
+        0.0,
+    )
     # each call advances the schedule and runs the listed solver
     games = _random_games((3, 3), seed=3, zero_sum=True)
     outs = [s.get_meta_strategy(games) for _ in range(2)]
@@ -270,20 +301,18 @@ def test_shor_solvers_return_distributions(shape):
 
 
 def test_registry():
-    assert set(ms.meta_solver_names()) >= {"uniform", "nash", "prd", "rm", "shor-train",
-                                           "shor-eval"}
+    assert set(ms.meta_solver_names()) >= {"uniform", "nash", "prd", "rm", "shor-train", "shor-eval"}
     with pytest.raises(ValueError, match="unknown meta-solver"):
         ms.get_meta_solver("nope")
-    _assert_distributions(ms.get_meta_solver("uniform").get_meta_strategy(
-        _random_games((2, 3), 0)), (2, 3))
+    _assert_distributions(ms.get_meta_solver("uniform").get_meta_strategy(_random_games((2, 3), 0)), (2, 3))
 
 
 # --------------------------------------------------------------- mixtures --
 
+
 def _os_value(game, tree, pol):
     tab = tree.to_tabular_policy(pol, game)
-    return np.asarray(expected_game_score.policy_value(
-        game.new_initial_state(), [tab] * game.num_players()))
+    return np.asarray(expected_game_score.policy_value(game.new_initial_state(), [tab] * game.num_players()))
 
 
 @pytest.fixture(scope="module")
@@ -315,8 +344,7 @@ def test_mixture_is_realisation_equivalent(kuhn):
     opp = tree.random_policy(1, seed=5)[0, s1]
     mix = mixture_player_policy(tree, 0, members, w)
     v_mix = _os_value(game, tree, joint_policy(tree, [mix, opp]))
-    v_members = sum(wk * _os_value(game, tree, joint_policy(tree, [m, opp]))
-                    for wk, m in zip(w, members))
+    v_members = sum(wk * _os_value(game, tree, joint_policy(tree, [m, opp])) for wk, m in zip(w, members))
     np.testing.assert_allclose(v_mix, v_members, atol=1e-12)
     # the naive average of action probabilities is not equivalent here
     naive = (torch.as_tensor(w)[:, None, None] * members).sum(0)
@@ -324,8 +352,7 @@ def test_mixture_is_realisation_equivalent(kuhn):
     assert np.abs(v_naive - v_members).max() > 1e-3
     # and the mixture is OpenSpiel's PolicyAggregator's answer
     tabs = [tree.to_tabular_policy(joint_policy(tree, [m, opp]), game) for m in members]
-    agg = policy_aggregator.PolicyAggregator(game).aggregate(
-        [0], [tabs, tabs[:1]], [list(w), [1.0]])
+    agg = policy_aggregator.PolicyAggregator(game).aggregate([0], [tabs, tabs[:1]], [list(w), [1.0]])
     for i, key in enumerate(tree.infoset_keys[s0]):
         n = int(tree.arrays.num_actions[s0.start + i])
         acts = tree.arrays.actions[s0.start + i, :n]
@@ -351,8 +378,7 @@ def test_meta_game_payoffs_match_openspiel(kuhn):
     assert mg[0].shape == (5, 5) and len(res.populations) == 2
     for i, j in itertools.product(range(5), range(5)):
         pol = joint_policy(tree, [res.populations[0][i], res.populations[1][j]])
-        np.testing.assert_allclose(_os_value(game, tree, pol), [mg[0][i, j], mg[1][i, j]],
-                                   atol=1e-12)
+        np.testing.assert_allclose(_os_value(game, tree, pol), [mg[0][i, j], mg[1][i, j]], atol=1e-12)
     # incremental extension equals a from-scratch computation
     fresh = MetaGame(tree, res.populations)
     np.testing.assert_allclose(np.stack(mg), fresh.payoffs, atol=1e-14)
@@ -363,19 +389,27 @@ def test_meta_game_payoffs_match_openspiel(kuhn):
     assert res3.meta_games[0].shape == (3, 3, 3)
     for prof in [(0, 0, 0), (2, 1, 0), (1, 2, 2), (2, 2, 2), (0, 2, 1)]:
         pol = joint_policy(tree3, [res3.populations[p][k] for p, k in enumerate(prof)])
-        np.testing.assert_allclose(_os_value(game3, tree3, pol),
-                                   [res3.meta_games[p][prof] for p in range(3)], atol=1e-12)
+        np.testing.assert_allclose(
+            _os_value(game3, tree3, pol), [res3.meta_games[p][prof] for p in range(3)], atol=1e-12
+        )
 
 
-@pytest.mark.parametrize("game", ["leduc_poker", "kuhn_poker(players=3)",
-                                  "goofspiel(num_cards=3,imp_info=True,points_order=descending)",
-                                  "liars_dice(dice_sides=3)"])
+@pytest.mark.parametrize(
+    "game",
+    [
+        "leduc_poker",
+        "kuhn_poker(players=3)",
+        "goofspiel(num_cards=3,imp_info=True,points_order=descending)",
+        "liars_dice(dice_sides=3)",
+    ],
+)
 def test_factorised_meta_game_equals_tree_evaluation(game):
     """The contraction over terminal own reaches equals evaluating each joint
     profile on the tree (``policy_value``), for random populations grown in
     uneven steps (one player gaining no member in a step) and with a pure
     member, whose support restricts the contraction."""
     from societas.marl.games.evaluate import policy_value
+
     tree = load_game(game, "cpu")
     N = tree.num_players
     pops = [tree.random_policy(2, seed=7 + p)[:, tree.infoset_slices[p]] for p in range(N)]
@@ -397,12 +431,13 @@ def test_factorised_meta_game_equals_tree_evaluation(game):
 
 # ------------------------------------------------------------------- PSRO --
 
+
 def test_psro_nash_solves_kuhn(kuhn):
     tree, game = kuhn
     res = run_psro(tree, 20, "nash")
     ex = res.exploitability
     assert len(ex) == 21 and res.population_sizes[-1] == [21, 21]
-    assert ex[0] == pytest.approx(0.4583333333, abs=1e-8)      # uniform Kuhn policy
+    assert ex[0] == pytest.approx(0.4583333333, abs=1e-8)  # uniform Kuhn policy
     assert min(ex) < 1e-3 and ex[-1] < 1e-3 and ex[-1] < ex[0] / 100
     # the reported number is OpenSpiel's exploitability of the reported policy
     tab = tree.to_tabular_policy(res.policy, game)

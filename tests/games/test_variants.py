@@ -34,8 +34,7 @@ def _build(state):
         return ("C", tuple((p, _build(state.child(a))) for a, p in state.chance_outcomes()))
     cur = state.current_player()
     acts = tuple(state.legal_actions())
-    return ("D", cur, state.information_state_string(cur), acts,
-            tuple(_build(state.child(a)) for a in acts))
+    return ("D", cur, state.information_state_string(cur), acts, tuple(_build(state.child(a)) for a in acts))
 
 
 def _tree(game: str):
@@ -49,11 +48,11 @@ class Node:
     def __init__(self, player, actions):
         n = len(actions)
         self.player, self.actions = player, actions
-        self.R = [0.0] * n          # cumulative regret
-        self.C = [0.0] * n          # cumulative policy
-        self.pol = [1.0 / n] * n    # current policy
-        self.r = [0.0] * n          # instantaneous regret of this iteration
-        self.x = 0.0                # own reach of this iteration
+        self.R = [0.0] * n  # cumulative regret
+        self.C = [0.0] * n  # cumulative policy
+        self.pol = [1.0 / n] * n  # current policy
+        self.r = [0.0] * n  # instantaneous regret of this iteration
+        self.x = 0.0  # own reach of this iteration
 
 
 def _traverse(h, p, nodes, my_reach, cf_reach):
@@ -67,8 +66,10 @@ def _traverse(h, p, nodes, my_reach, cf_reach):
     if node is None:
         node = nodes[key] = Node(cur, acts)
     if cur != p:
-        return sum(node.pol[i] * _traverse(c, p, nodes, my_reach, cf_reach * node.pol[i])
-                   for i, c in enumerate(children))
+        return sum(
+            node.pol[i] * _traverse(c, p, nodes, my_reach, cf_reach * node.pol[i])
+            for i, c in enumerate(children)
+        )
     cv = [_traverse(c, p, nodes, my_reach * node.pol[i], cf_reach) for i, c in enumerate(children)]
     v = sum(node.pol[i] * cv[i] for i in range(len(cv)))
     for i in range(len(cv)):
@@ -99,6 +100,7 @@ def run_reference(game: str, variant, iterations: int):
 
 
 # ---------------------------------------------------- reference variants --
+
 
 class RefCFR:
     def update_player(self, t, p, nodes):
@@ -180,7 +182,7 @@ class RefVAD:
         alpha = max(0.1, self.base_alpha - 0.5 * v)
         beta = min(alpha, -0.1 - 0.5 * v)
         tp1 = float(n + 1)
-        return v, tp1 ** alpha / (tp1 ** alpha + 1.0), tp1 ** beta / (tp1 ** beta + 1.0)
+        return v, tp1**alpha / (tp1**alpha + 1.0), tp1**beta / (tp1**beta + 1.0)
 
     def update_player(self, t, p, nodes):
         n = t - 1
@@ -191,7 +193,7 @@ class RefVAD:
                 m = max(abs(r) for r in nd.r)
                 v = min(1.0, m / 2.0)
                 gamma = min(4.0, 2.0 + 1.5 * v)
-                w = (n + 1.0) ** gamma * (1.0 / (1.0 + m ** 1.5)) * max(0.1, (1.0 + m / 2.0) ** 0.5)
+                w = (n + 1.0) ** gamma * (1.0 / (1.0 + m**1.5)) * max(0.1, (1.0 + m / 2.0) ** 0.5)
                 nd.C = [c + w * nd.x * q for c, q in zip(nd.C, nd.pol)]
         # RegretAccumulator
         _, dp, dn = self._params(n, M, self.ewma_regret, p)
@@ -215,6 +217,7 @@ class RefVAD:
 
 
 # ----------------------------------------------------------------- helpers --
+
 
 def _ref_tables(game, nodes):
     """Reference average and current policies as [I, A] arrays in the tree's order."""
@@ -248,6 +251,7 @@ def _check_against_reference(game, algorithm, ref, iterations):
 
 
 # ---------------------------------------------------------- reference tests --
+
 
 def test_reference_harness_matches_cfr():
     """The reference engine itself agrees with the (OpenSpiel-verified) CFR."""
@@ -283,15 +287,15 @@ def test_hs_schedule_differs_from_constant_gamma():
 
 
 def test_vad_cfr_matches_reference_kuhn2():
-    _, avg = _check_against_reference("kuhn_poker", VADCFR(warmup_iterations=10),
-                                      RefVAD(warmup=10), 50)
+    _, avg = _check_against_reference("kuhn_poker", VADCFR(warmup_iterations=10), RefVAD(warmup=10), 50)
     # the averaging part really ran (not the uniform fallback)
     assert np.abs(avg[avg > 0] - 0.5).max() > 0.1
 
 
 def test_vad_cfr_matches_reference_kuhn3_nondefault():
-    algo = VADCFR(warmup_iterations=5, base_alpha=1.2, instantaneous_regret_boost_factor=1.3,
-                  ewma_decay_factor=0.3)
+    algo = VADCFR(
+        warmup_iterations=5, base_alpha=1.2, instantaneous_regret_boost_factor=1.3, ewma_decay_factor=0.3
+    )
     ref = RefVAD(warmup=5, base_alpha=1.2, boost=1.3, ewma_decay=0.3)
     _check_against_reference("kuhn_poker(players=3)", algo, ref, 25)
 
@@ -307,22 +311,50 @@ def test_vad_cfr_default_warmup_leaves_average_empty():
 # ------------------------------------------------------------- batch tests --
 
 BATCHED = [
-    (lambda: PCFRPlus(gamma=[2.0, 1.0, 0.0]),
-     [lambda: PCFRPlus(gamma=2.0), lambda: PCFRPlus(gamma=1.0), lambda: PCFRPlus(gamma=0.0)]),
-    (lambda: DPCFRPlus(alpha=[2.3, 1.5, 3.0], gamma=[5.0, 2.0, 3.0]),
-     [lambda: DPCFRPlus(2.3, 5.0), lambda: DPCFRPlus(1.5, 2.0), lambda: DPCFRPlus(3.0, 3.0)]),
-    (lambda: HSPCFRPlus(total_iterations=[1000, 30, 200], gamma_start=[30.0, 15.0, 30.0]),
-     [lambda: HSPCFRPlus(1000, 30.0), lambda: HSPCFRPlus(30, 15.0),
-      lambda: HSPCFRPlus(200, 30.0)]),
-    (lambda: VADCFR(base_alpha=[1.5, 1.2, 2.0], instantaneous_regret_boost_factor=[1.1, 1.0, 1.3],
-                    warmup_iterations=[10, 5, 20], ewma_decay_factor=[0.1, 0.3, 0.05],
-                    positive_policy_exponent=[1.5, 1.0, 2.0]),
-     [lambda: VADCFR(base_alpha=1.5, instantaneous_regret_boost_factor=1.1, warmup_iterations=10,
-                     ewma_decay_factor=0.1, positive_policy_exponent=1.5),
-      lambda: VADCFR(base_alpha=1.2, instantaneous_regret_boost_factor=1.0, warmup_iterations=5,
-                     ewma_decay_factor=0.3, positive_policy_exponent=1.0),
-      lambda: VADCFR(base_alpha=2.0, instantaneous_regret_boost_factor=1.3, warmup_iterations=20,
-                     ewma_decay_factor=0.05, positive_policy_exponent=2.0)]),
+    (
+        lambda: PCFRPlus(gamma=[2.0, 1.0, 0.0]),
+        [lambda: PCFRPlus(gamma=2.0), lambda: PCFRPlus(gamma=1.0), lambda: PCFRPlus(gamma=0.0)],
+    ),
+    (
+        lambda: DPCFRPlus(alpha=[2.3, 1.5, 3.0], gamma=[5.0, 2.0, 3.0]),
+        [lambda: DPCFRPlus(2.3, 5.0), lambda: DPCFRPlus(1.5, 2.0), lambda: DPCFRPlus(3.0, 3.0)],
+    ),
+    (
+        lambda: HSPCFRPlus(total_iterations=[1000, 30, 200], gamma_start=[30.0, 15.0, 30.0]),
+        [lambda: HSPCFRPlus(1000, 30.0), lambda: HSPCFRPlus(30, 15.0), lambda: HSPCFRPlus(200, 30.0)],
+    ),
+    (
+        lambda: VADCFR(
+            base_alpha=[1.5, 1.2, 2.0],
+            instantaneous_regret_boost_factor=[1.1, 1.0, 1.3],
+            warmup_iterations=[10, 5, 20],
+            ewma_decay_factor=[0.1, 0.3, 0.05],
+            positive_policy_exponent=[1.5, 1.0, 2.0],
+        ),
+        [
+            lambda: VADCFR(
+                base_alpha=1.5,
+                instantaneous_regret_boost_factor=1.1,
+                warmup_iterations=10,
+                ewma_decay_factor=0.1,
+                positive_policy_exponent=1.5,
+            ),
+            lambda: VADCFR(
+                base_alpha=1.2,
+                instantaneous_regret_boost_factor=1.0,
+                warmup_iterations=5,
+                ewma_decay_factor=0.3,
+                positive_policy_exponent=1.0,
+            ),
+            lambda: VADCFR(
+                base_alpha=2.0,
+                instantaneous_regret_boost_factor=1.3,
+                warmup_iterations=20,
+                ewma_decay_factor=0.05,
+                positive_policy_exponent=2.0,
+            ),
+        ],
+    ),
 ]
 
 
@@ -343,6 +375,7 @@ def test_batch_equals_separate_runs(batched, singles):
 
 # ------------------------------------------------------- convergence tests --
 
+
 def _expl(game, algo, iterations):
     s = _solve(game, algo, iterations)
     return float(s.evaluate().exploitability[0])
@@ -356,7 +389,7 @@ def test_kuhn_convergence_300():
     the horizon, as the listing's 500 of 1000), which only leaves 150
     averaged iterations: it must still beat CFR+ (4e-4) clearly, bound 2e-4."""
     cfr = _expl("kuhn_poker", "cfr", 300)
-    assert 1e-3 < cfr < 1e-2          # sanity of the scale the bounds refer to
+    assert 1e-3 < cfr < 1e-2  # sanity of the scale the bounds refer to
     for algo in ("pcfr+", "dpcfr+", "hs-pcfr+"):
         e = _expl("kuhn_poker", algo, 300)
         assert e < 1e-4, (algo, e)

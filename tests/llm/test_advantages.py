@@ -42,8 +42,14 @@ def test_one_dimensional_rewards():
 
 def test_gdpo_separates_what_grpo_collapses():
     # Two binary rewards, groups of two. Group A's totals are (0, 1), group B's (0, 2).
-    rewards = torch.tensor([[0.0, 0.0], [1.0, 0.0],    # group A
-                            [0.0, 0.0], [1.0, 1.0]])   # group B
+    rewards = torch.tensor(
+        [
+            [0.0, 0.0],
+            [1.0, 0.0],  # group A
+            [0.0, 0.0],
+            [1.0, 1.0],
+        ]
+    )  # group B
     groups = torch.tensor([0, 0, 1, 1])
     grpo = grpo_advantages(rewards, groups, eps=0.0)
     # GRPO: A: (0 - .5)/sqrt(.5) = -1/sqrt(2); B: (0 - 1)/sqrt(2) = -1/sqrt(2). Identical.
@@ -128,11 +134,16 @@ def test_matches_trl_formulas():
     mean_g = torch.nanmean(rewards.view(-1, num_gen), dim=1).repeat_interleave(num_gen)
     std_g = nanstd(rewards.view(-1, num_gen), dim=1).repeat_interleave(num_gen)
     trl_grpo = (rewards - mean_g) / (std_g + 1e-4)
-    torch.testing.assert_close(grpo_advantages(rewards_per_func, groups, weights), trl_grpo,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        grpo_advantages(rewards_per_func, groups, weights), trl_grpo, atol=1e-5, rtol=1e-5
+    )
     # scale_rewards="none"
-    torch.testing.assert_close(grpo_advantages(rewards_per_func, groups, weights, scale=False),
-                               rewards - mean_g, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        grpo_advantages(rewards_per_func, groups, weights, scale=False),
+        rewards - mean_g,
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
     # normalize_then_sum (GDPO)
     grouped = rewards_per_func.view(-1, num_gen, R)
@@ -141,5 +152,6 @@ def test_matches_trl_formulas():
     reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, R)
     summed = (reward_k * weights.unsqueeze(0)).nansum(dim=1)
     trl_gdpo = (summed - torch.nanmean(summed)) / (nanstd(summed) + 1e-4)
-    torch.testing.assert_close(gdpo_advantages(rewards_per_func, groups, weights), trl_gdpo,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        gdpo_advantages(rewards_per_func, groups, weights), trl_gdpo, atol=1e-5, rtol=1e-5
+    )

@@ -37,8 +37,11 @@ class CountA(Recipe):
         return ("p",)
 
     def _episodes(self, seed: int, prompts) -> list[Episode]:
-        return [Episode(task=t, seed=episode_seed(seed, t, g), group=t, index=i * self.group_size + g)
-                for i, t in enumerate(prompts) for g in range(self.group_size)]
+        return [
+            Episode(task=t, seed=episode_seed(seed, t, g), group=t, index=i * self.group_size + g)
+            for i, t in enumerate(prompts)
+            for g in range(self.group_size)
+        ]
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
         return self._episodes(seed, self.prompts)
@@ -52,17 +55,27 @@ class CountA(Recipe):
 
         if any(e.task == "boom" for e in episodes):
             raise ValueError("boom episode")
-        graph = Graph.build("one", [{"id": "a", "role": "answerer", "prompt": "Answer.", "params": PARAMS}], [])
+        graph = Graph.build(
+            "one", [{"id": "a", "role": "answerer", "prompt": "Answer.", "params": PARAMS}], []
+        )
         rec = llms["p"]
-        runs = Runtime(graph, llm=rec, on_event=rec.on_event).run_many([e.task for e in episodes],
-                                                                        seeds=[e.seed for e in episodes])
+        runs = Runtime(graph, llm=rec, on_event=rec.on_event).run_many(
+            [e.task for e in episodes], seeds=[e.seed for e in episodes]
+        )
         out = []
         for e, r in zip(episodes, runs):
             samples = samples_from_trace(r.trace, RoleMap({"answerer": "p"}), rec.tokenizer, trace_id=e.index)
             text = r.output or ""
             reward = float(text.count("a"))
-            out.append(EpisodeResult(samples, [reward] * len(samples), [e.group] * len(samples),
-                                     metrics={"reward": reward}, record={"task": e.task, "text": text}))
+            out.append(
+                EpisodeResult(
+                    samples,
+                    [reward] * len(samples),
+                    [e.group] * len(samples),
+                    metrics={"reward": reward},
+                    record={"task": e.task, "text": text},
+                )
+            )
         return out
 
 
@@ -132,7 +145,9 @@ def test_ray_matches_local_and_applies_weights(pool, model_dir):
 @pytest.mark.slow
 def test_worker_error_surfaces(pool):
     episodes = [Episode("say hi", 1, "g", 0), Episode("say hi", 2, "g", 1), Episode("boom", 3, "g", 2)]
-    with pytest.raises(RuntimeError, match=r"(?s)rollout worker 1 of 2 raised on episodes \[2:3\].*boom episode"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)rollout worker 1 of 2 raised on episodes \[2:3\].*boom episode"
+    ):
         pool.run(episodes, train=False)
     assert len(pool.run(episodes[:2], train=False)) == 2  # the pool still works
 
@@ -151,7 +166,9 @@ def test_train_with_rollout_workers(pool, ray_session, model_dir, tmp_path):
     from societas.marl.llm.loop import train
     from societas.marl.llm.trainer import GRPOConfig
 
-    cfg = TrainConfig(model=model_dir, steps=1, eval_every=1, rollout_workers=2, threads=1, grpo=GRPOConfig(lr=1e-3))
+    cfg = TrainConfig(
+        model=model_dir, steps=1, eval_every=1, rollout_workers=2, threads=1, grpo=GRPOConfig(lr=1e-3)
+    )
     res = train(CountA(), cfg, out=tmp_path / "run")
     rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["eval", "train", "eval"]
@@ -167,7 +184,9 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
     from societas.marl.llm.distributed import _Worker
     from societas.marl.llm.trainer import GRPOConfig
 
-    grpo = GRPOConfig(lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]})
+    grpo = GRPOConfig(
+        lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
+    )
     recipe = CountA()
     backend = _Backend(TrainConfig(model=model_dir, grpo=grpo), recipe)
     g = torch.Generator().manual_seed(0)

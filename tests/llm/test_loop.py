@@ -44,16 +44,29 @@ class CountA(Recipe):
         self.constant = constant
         self.n_prompts = n_prompts
         self.group = group
-        self.graph = Graph.build("one", [{"id": "a", "role": "answerer", "prompt": "Answer.",
-                                          "params": {"temperature": 1.0, "max_new_tokens": 6, "min_new_tokens": 2}}], [])
+        self.graph = Graph.build(
+            "one",
+            [
+                {
+                    "id": "a",
+                    "role": "answerer",
+                    "prompt": "Answer.",
+                    "params": {"temperature": 1.0, "max_new_tokens": 6, "min_new_tokens": 2},
+                }
+            ],
+            [],
+        )
 
     @property
     def policies(self):
         return ("p",)
 
     def _eps(self, seed, kind):
-        return [Episode(f"{kind} prompt {i}", episode_seed(seed, kind, i, g), f"{kind}{i}", i * self.group + g)
-                for i in range(self.n_prompts) for g in range(self.group)]
+        return [
+            Episode(f"{kind} prompt {i}", episode_seed(seed, kind, i, g), f"{kind}{i}", i * self.group + g)
+            for i in range(self.n_prompts)
+            for g in range(self.group)
+        ]
 
     def train_episodes(self, step, seed):
         return self._eps(seed, "train")
@@ -63,13 +76,16 @@ class CountA(Recipe):
 
     def run_episodes(self, llms, episodes, *, train):
         rec = llms["p"]
-        runs = Runtime(self.graph, llm=rec, on_event=rec.on_event).run_many([e.task for e in episodes],
-                                                                             seeds=[e.seed for e in episodes])
+        runs = Runtime(self.graph, llm=rec, on_event=rec.on_event).run_many(
+            [e.task for e in episodes], seeds=[e.seed for e in episodes]
+        )
         out = []
         for e, r in zip(episodes, runs):
             s = samples_from_trace(r.trace, RoleMap({"answerer": "p"}), rec.tokenizer, trace_id=e.index)
             rew = 1.0 if self.constant else float(r.output.count("a"))
-            out.append(EpisodeResult(s, [rew] * len(s), [e.group] * len(s), {"reward": rew}, {"text": r.output}))
+            out.append(
+                EpisodeResult(s, [rew] * len(s), [e.group] * len(s), {"reward": rew}, {"text": r.output})
+            )
         return out
 
     def sft_samples(self, step, seed, tokenizer):
@@ -88,16 +104,31 @@ def test_train_writes_the_run_directory(tiny_dir, tmp_path):
     cfg = TrainConfig(model=tiny_dir, steps=2, eval_every=1, grpo={"lr": 1e-3})
     res = train(CountA(), cfg, tmp_path / "run")
     out = tmp_path / "run"
-    for f in ("config.yaml", "metrics.jsonl", "rollouts.jsonl", "reward.png", "summary.md", "checkpoint/LATEST"):
+    for f in (
+        "config.yaml",
+        "metrics.jsonl",
+        "rollouts.jsonl",
+        "reward.png",
+        "summary.md",
+        "checkpoint/LATEST",
+    ):
         assert (out / f).exists(), f
     rows = _rows(out / "metrics.jsonl")
-    assert [(r["kind"], r["step"]) for r in rows] == [("eval", 0), ("train", 1), ("eval", 1), ("train", 2), ("eval", 2)]
+    assert [(r["kind"], r["step"]) for r in rows] == [
+        ("eval", 0),
+        ("train", 1),
+        ("eval", 1),
+        ("train", 2),
+        ("eval", 2),
+    ]
     tr = [r for r in rows if r["kind"] == "train"]
-    assert all(r["p/step"] == i + 1 for i, r in enumerate(tr))   # one optimizer step per GRPO step
+    assert all(r["p/step"] == i + 1 for i, r in enumerate(tr))  # one optimizer step per GRPO step
     assert res.first_eval["reward"] == rows[0]["reward"] and res.last_eval["step"] == 2
     # The rollouts log holds one record per episode, train and eval.
     recs = _rows(out / "rollouts.jsonl")
-    assert sum(r["kind"] == "train" for r in recs) == 2 * 6 and sum(r["kind"] == "eval" for r in recs) == 3 * 6
+    assert (
+        sum(r["kind"] == "train" for r in recs) == 2 * 6 and sum(r["kind"] == "eval" for r in recs) == 3 * 6
+    )
     with pytest.raises(FileExistsError, match="not empty"):
         train(CountA(), cfg, out)
 
@@ -124,7 +155,6 @@ def test_resume_continues_and_matches_an_uninterrupted_run(tiny_dir, tmp_path):
         assert a.get("reward") == pytest.approx(b.get("reward"), abs=1e-6), (a, b)
 
 
-
 def test_a_full_disk_stops_the_run_clearly_and_loses_nothing_saved(tiny_dir, tmp_path, monkeypatch):
     import shutil
 
@@ -140,9 +170,11 @@ def test_a_full_disk_stops_the_run_clearly_and_loses_nothing_saved(tiny_dir, tmp
     assert not (tmp_path / "none" / "metrics.jsonl").exists()
     # The disk fills after the first checkpoint: the second save fails, the first stays loadable.
     run = tmp_path / "run"
-    monkeypatch.setattr(trainer_mod.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=1 << 20) if (run / "checkpoint" / "LATEST").exists()
-                        else real(p))
+    monkeypatch.setattr(
+        trainer_mod.shutil,
+        "disk_usage",
+        lambda p: real(p)._replace(free=1 << 20) if (run / "checkpoint" / "LATEST").exists() else real(p),
+    )
     with pytest.raises(CheckpointError, match="at step 2"):
         train(CountA(), cfg, run)
     assert json.loads(next((run / "checkpoint").glob("step-*/loop.json")).read_text())["step"] == 1
@@ -150,8 +182,13 @@ def test_a_full_disk_stops_the_run_clearly_and_loses_nothing_saved(tiny_dir, tmp
     assert not list((run / "checkpoint").glob(".tmp-*"))
     monkeypatch.setattr(trainer_mod.shutil, "disk_usage", real)
     res = train(CountA(), cfg, run, resume=True)
-    assert [(r["kind"], r["step"]) for r in res.history] == [("eval", 0), ("train", 1), ("eval", 1),
-                                                             ("train", 2), ("eval", 2)]
+    assert [(r["kind"], r["step"]) for r in res.history] == [
+        ("eval", 0),
+        ("train", 1),
+        ("eval", 1),
+        ("train", 2),
+        ("eval", 2),
+    ]
 
 
 def test_sft_warm_start_raises_the_demonstrated_tokens(tiny_dir, tmp_path):
@@ -160,7 +197,7 @@ def test_sft_warm_start_raises_the_demonstrated_tokens(tiny_dir, tmp_path):
     assert len(sft) == 3 and sft[-1]["p/sft_loss"] < sft[0]["p/sft_loss"]
     evals = [h for h in res.history if h["kind"] == "eval"]
     assert [e["step"] for e in evals] == [0, 3]
-    assert evals[-1]["reward"] > evals[0]["reward"]   # the demonstrations were all 'a'
+    assert evals[-1]["reward"] > evals[0]["reward"]  # the demonstrations were all 'a'
 
 
 def test_recipe_without_sft_data_and_bad_model_fail_clearly(tiny_dir, tmp_path):
@@ -190,11 +227,15 @@ def test_runtime_seeds_make_a_run_independent_of_its_batch(tiny_llm):
 def test_sample_from_completion_and_mean_curves(tiny_llm):
     from societas.agents.llm.base import SamplingParams
 
-    c = tiny_llm.generate(["hi"], SamplingParams(max_new_tokens=3, min_new_tokens=3, logprobs=True, seed=1))[0][0]
+    c = tiny_llm.generate(["hi"], SamplingParams(max_new_tokens=3, min_new_tokens=3, logprobs=True, seed=1))[
+        0
+    ][0]
     s = sample_from_completion("p", "hi", c, tiny_llm.tokenizer, "g", {"turn": 0})
-    assert s.completion_ids == list(c.token_ids) and s.old_logprobs == list(c.logprobs) and s.meta == {"turn": 0}
+    assert (
+        s.completion_ids == list(c.token_ids) and s.old_logprobs == list(c.logprobs) and s.meta == {"turn": 0}
+    )
     h1 = [{"kind": "eval", "step": 0, "reward": 0.0}, {"kind": "eval", "step": 2, "reward": 1.0}]
     h2 = [{"kind": "eval", "step": 0, "reward": 1.0}, {"kind": "eval", "step": 2, "reward": 3.0}]
     m = mean_curves([h1, h2])
-    assert [x["reward"] for x in m] == [0.5, 2.0] and m[1]["std"] == pytest.approx(2 ** 0.5)
+    assert [x["reward"] for x in m] == [0.5, 2.0] and m[1]["std"] == pytest.approx(2**0.5)
     assert FROZEN == "frozen"

@@ -24,14 +24,17 @@ def _one_token(ratios, advantages, **kw):
     return new, loss, metrics
 
 
-@pytest.mark.parametrize("ratio, adv, expected, clipped", [
-    (1.1, 1.0, -1.1, False),   # inside the range: -rho A
-    (1.5, 1.0, -1.2, True),    # above 1+eps with A>0: -(1.2) A, no gradient
-    (0.5, 1.0, -0.5, False),   # below 1-eps with A>0: min picks rho A = 0.5
-    (0.5, -1.0, 0.8, True),    # below 1-eps with A<0: min(-0.5, -0.8) = -0.8 -> loss 0.8, clipped
-    (1.5, -1.0, 1.5, False),   # above 1+eps with A<0: min(-1.5, -1.2) = -1.5 -> loss 1.5
-    (0.9, -2.0, 1.8, False),   # inside, negative advantage: -(0.9 * -2)
-])
+@pytest.mark.parametrize(
+    "ratio, adv, expected, clipped",
+    [
+        (1.1, 1.0, -1.1, False),  # inside the range: -rho A
+        (1.5, 1.0, -1.2, True),  # above 1+eps with A>0: -(1.2) A, no gradient
+        (0.5, 1.0, -0.5, False),  # below 1-eps with A>0: min picks rho A = 0.5
+        (0.5, -1.0, 0.8, True),  # below 1-eps with A<0: min(-0.5, -0.8) = -0.8 -> loss 0.8, clipped
+        (1.5, -1.0, 1.5, False),  # above 1+eps with A<0: min(-1.5, -1.2) = -1.5 -> loss 1.5
+        (0.9, -2.0, 1.8, False),  # inside, negative advantage: -(0.9 * -2)
+    ],
+)
 def test_clipped_surrogate_by_hand(ratio, adv, expected, clipped):
     new, loss, metrics = _one_token([ratio], [adv])
     assert loss.item() == pytest.approx(expected, abs=1e-6)
@@ -63,17 +66,19 @@ def test_k3_kl_value_and_zero_at_reference():
     new = torch.zeros(1, 2, requires_grad=True)
     ref = torch.tensor([[LN(2.0), -LN(2.0)]])
     # k3 = exp(ref-new) - (ref-new) - 1: 2 - ln2 - 1 = 0.3068528, 0.5 + ln2 - 1 = 0.1931472
-    loss, metrics = policy_loss(new, new.detach(), torch.zeros(1), torch.ones(1, 2),
-                                ref_logp=ref, kl_beta=0.1)
+    loss, metrics = policy_loss(
+        new, new.detach(), torch.zeros(1), torch.ones(1, 2), ref_logp=ref, kl_beta=0.1
+    )
     assert metrics["kl"] == pytest.approx((0.3068528 + 0.1931472) / 2, abs=1e-6)
-    assert loss.item() == pytest.approx(0.1 * 0.25, abs=1e-6)   # A = 0: only beta * mean KL
+    assert loss.item() == pytest.approx(0.1 * 0.25, abs=1e-6)  # A = 0: only beta * mean KL
     # gradient of k3 w.r.t. new: -exp(ref-new) + 1 -> (-1, 0.5), times beta / 2 tokens
     loss.backward()
     torch.testing.assert_close(new.grad, torch.tensor([[-0.05, 0.025]]))
 
     new = torch.tensor([[0.3, -1.2, -0.4]], requires_grad=True)
-    loss, metrics = policy_loss(new, new.detach(), torch.zeros(1), torch.ones(1, 3),
-                                ref_logp=new.detach().clone(), kl_beta=1.0)
+    loss, metrics = policy_loss(
+        new, new.detach(), torch.zeros(1), torch.ones(1, 3), ref_logp=new.detach().clone(), kl_beta=1.0
+    )
     assert metrics["kl"] == 0.0 and loss.item() == 0.0
     loss.backward()
     assert new.grad.abs().max().item() == 0.0
@@ -91,7 +96,7 @@ def test_masked_tokens_change_neither_loss_nor_gradient():
     results = []
     for shift in (0.0, 5.0):
         perturbed = base.clone()
-        perturbed[mask == 0] -= shift         # e.g. another agent's token or tool output
+        perturbed[mask == 0] -= shift  # e.g. another agent's token or tool output
         new = perturbed.requires_grad_(True)
         old2 = old.clone()
         old2[mask == 0] += shift
@@ -113,8 +118,8 @@ def test_loss_type_aggregation_by_hand():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     # kept per-token losses: seq 0: -1, -1 ; seq 1: +4
     out = {lt: policy_loss(new, new, adv, mask, loss_type=lt)[0].item() for lt in ("grpo", "bnpo", "dr_grpo")}
-    assert out["grpo"] == pytest.approx((-1.0 + 4.0) / 2)        # seq means -1 and 4, mean 1.5
-    assert out["bnpo"] == pytest.approx((-2.0 + 4.0) / 3)        # 2 / 3 tokens
+    assert out["grpo"] == pytest.approx((-1.0 + 4.0) / 2)  # seq means -1 and 4, mean 1.5
+    assert out["bnpo"] == pytest.approx((-2.0 + 4.0) / 3)  # 2 / 3 tokens
     assert out["dr_grpo"] == pytest.approx((-2.0 + 4.0) / (2 * 3))
     dr = policy_loss(new, new, adv, mask, loss_type="dr_grpo", max_completion_length=4)[0].item()
     assert dr == pytest.approx(2.0 / (2 * 4))
@@ -142,24 +147,51 @@ def test_matches_trl_compute_loss():
     for loss_type in ("grpo", "bnpo", "dr_grpo"):
         for beta, eps_high in ((0.0, 0.2), (0.04, 0.28)):
             fake = SimpleNamespace(
-                top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token",
-                beta=beta, loss_type=loss_type, epsilon_low=0.2, epsilon_high=eps_high, use_vllm=False,
-                model=SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
-                max_completion_length=T + 2, _entropy_bonus_enabled=False, aux_loss_enabled=False,
+                top_entropy_quantile=1.0,
+                off_policy_mask_threshold=None,
+                importance_sampling_level="token",
+                beta=beta,
+                loss_type=loss_type,
+                epsilon_low=0.2,
+                epsilon_high=eps_high,
+                use_vllm=False,
+                model=SimpleNamespace(training=True),
+                current_gradient_accumulation_steps=1,
+                max_completion_length=T + 2,
+                _entropy_bonus_enabled=False,
+                aux_loss_enabled=False,
                 args=SimpleNamespace(use_bias_correction_kl=False, delta=None),
                 accelerator=SimpleNamespace(reduce=lambda x, reduction="sum": x, gather=lambda x: x),
                 _metrics=defaultdict(lambda: defaultdict(list)),
                 _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
             )
-            inputs = {"prompt_ids": torch.zeros(B, 2, dtype=torch.long), "prompt_mask": torch.ones(B, 2),
-                      "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask,
-                      "advantages": adv, "old_per_token_logps": old, "ref_per_token_logps": ref}
+            inputs = {
+                "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
+                "prompt_mask": torch.ones(B, 2),
+                "completion_ids": torch.zeros(B, T, dtype=torch.long),
+                "completion_mask": mask,
+                "advantages": adv,
+                "old_per_token_logps": old,
+                "ref_per_token_logps": ref,
+            }
             trl_loss = GRPOTrainer._compute_loss(fake, None, inputs)
-            ours, metrics = policy_loss(new, old, adv, mask, ref_logp=ref, clip_eps=0.2, clip_eps_high=eps_high,
-                                        kl_beta=beta, loss_type=loss_type, max_completion_length=T + 2)
+            ours, metrics = policy_loss(
+                new,
+                old,
+                adv,
+                mask,
+                ref_logp=ref,
+                clip_eps=0.2,
+                clip_eps_high=eps_high,
+                kl_beta=beta,
+                loss_type=loss_type,
+                max_completion_length=T + 2,
+            )
             torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
             trl_metrics = fake._metrics["train"]
-            assert metrics["clip_fraction"] == pytest.approx(trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6)
+            assert metrics["clip_fraction"] == pytest.approx(
+                trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6
+            )
             assert metrics["clip_fraction"] > 0
             if beta:
                 assert metrics["kl"] == pytest.approx(trl_metrics["kl"][-1], abs=1e-6)

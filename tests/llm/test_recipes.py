@@ -43,7 +43,7 @@ def test_density_reward_by_hand():
     # medium: N = 7, E = 21; 3 agents in a chain: 2 edges, depth 3
     assert density_reward(3, 2, 3, "medium") == pytest.approx(math.exp(-(3 / 7 + 2 / 21 + 3 / 7) / 3))
     assert density_reward(0, 0, 0, "easy") == 1.0
-    assert density_reward(2, 1, 2, "hard") > density_reward(6, 9, 4, "hard")   # sparser scores higher
+    assert density_reward(2, 1, 2, "hard") > density_reward(6, 9, 4, "hard")  # sparser scores higher
     with pytest.raises(ValueError, match="unknown difficulty"):
         density_reward(1, 0, 1, "trivial")
 
@@ -51,8 +51,9 @@ def test_density_reward_by_hand():
 def test_execution_rewards_grade_failures_below_outcomes():
     r = EXECUTION_REWARDS
     assert r["no_yaml"] < r["yaml_syntax"] < r["schema_invalid"] < r["logic_invalid"]
-    assert r["logic_invalid"] < min(r[k] for k in ("no_code", "compile_error", "runtime_error", "timeout",
-                                                   "wrong_answer"))
+    assert r["logic_invalid"] < min(
+        r[k] for k in ("no_code", "compile_error", "runtime_error", "timeout", "wrong_answer")
+    )
     assert r["wrong_answer"] < r["passed"] and max(v for k, v in r.items() if k != "passed") < 0 < r["passed"]
 
 
@@ -83,7 +84,9 @@ def test_turn_reward_by_hand_and_unknown_outcomes_are_errors():
 def test_synthetic_topologies_parse_and_respect_the_cap(difficulty):
     rng = random.Random(0)
     for _ in range(40):
-        topo = parse_layered_yaml(synthetic_topology(difficulty, rng), max_agents=DIFFICULTY_NODE_CAPS[difficulty])
+        topo = parse_layered_yaml(
+            synthetic_topology(difficulty, rng), max_agents=DIFFICULTY_NODE_CAPS[difficulty]
+        )
         assert topo.layers[-1][0].role == "testing" and len(topo.layers[-1]) == 1
         assert 2 <= len(topo.agents) <= DIFFICULTY_NODE_CAPS[difficulty]
 
@@ -95,8 +98,9 @@ def test_conductor_sft_samples_are_the_turn_one_prompt_and_a_topology(tiny_llm):
     text = tiny_llm.tokenizer.decode(out[0].completion_ids[:-1])
     assert out[0].completion_ids[-1] == tiny_llm.tokenizer.eos_token_id
     parse_layered_yaml(text)
-    assert "Design a team" in tiny_llm.tokenizer.decode(out[0].prompt_ids) or "orchestrator" in \
-        tiny_llm.tokenizer.decode(out[0].prompt_ids)
+    assert "Design a team" in tiny_llm.tokenizer.decode(
+        out[0].prompt_ids
+    ) or "orchestrator" in tiny_llm.tokenizer.decode(out[0].prompt_ids)
 
 
 def test_conductor_runs_several_topologies_in_one_batched_graph():
@@ -115,15 +119,19 @@ def test_conductor_runs_several_topologies_in_one_batched_graph():
         return outs
 
     workers = FunctionLLM(batch_fn=worker, name="w")
-    topo = parse_layered_yaml("layers:\n  - - {name: coder_1, role: coding, ref: []}\n"
-                              "  - - {name: tester_1, role: testing, ref: [coder_1]}")
+    topo = parse_layered_yaml(
+        "layers:\n  - - {name: coder_1, role: coding, ref: []}\n"
+        "  - - {name: tester_1, role: testing, ref: [coder_1]}"
+    )
     ran = rec._run_topologies(workers, [("e0t0", topo, tasks[0], 1), ("e1t0", topo, tasks[1], 2)])
-    assert calls == [2, 2]   # one batched call per layer for both topologies
+    assert calls == [2, 2]  # one batched call per layer for both topologies
     assert ran["e0t0"][1].outcome == "passed" and ran["e1t0"][1].outcome == "passed"
 
 
 def test_conductor_episode_turns_samples_and_rewards(tiny_llm):
-    rec = ConductorRecipe(problems_per_step=1, group_size=2, max_turns=2, orchestrator_tokens=6, worker_tokens=4)
+    rec = ConductorRecipe(
+        problems_per_step=1, group_size=2, max_turns=2, orchestrator_tokens=6, worker_tokens=4
+    )
     pol = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
     eps = rec.train_episodes(0, 3)
     assert [e.group for e in eps] == [eps[0].group] * 2 and eps[0].seed != eps[1].seed
@@ -136,7 +144,9 @@ def test_conductor_episode_turns_samples_and_rewards(tiny_llm):
         assert len(r.samples[1].prompt_ids) > len(r.samples[0].prompt_ids)
         assert "could not be used (no_yaml)" in tiny_llm.tokenizer.decode(r.samples[1].prompt_ids)
     again = rec.run_episodes({"orchestrator": pol, FROZEN: tiny_llm}, eps, train=True)
-    assert [s.completion_ids for r in again for s in r.samples] == [s.completion_ids for r in res for s in r.samples]
+    assert [s.completion_ids for r in again for s in r.samples] == [
+        s.completion_ids for r in res for s in r.samples
+    ]
 
 
 def test_conductor_train_and_heldout_problems_are_disjoint():
@@ -175,7 +185,9 @@ def test_heldout_problems_answers_are_computed():
 
 
 def _scripted_proposer(prompts):
-    return ["Question: Tom has 3 bags with 4 apples each. How many apples does he have?\nAnswer: 12"] * len(prompts)
+    return ["Question: Tom has 3 bags with 4 apples each. How many apples does he have?\nAnswer: 12"] * len(
+        prompts
+    )
 
 
 def test_selfplay_rewards_groups_and_alternation(tiny_llm):
@@ -188,24 +200,32 @@ def test_selfplay_rewards_groups_and_alternation(tiny_llm):
     res = rec.run_episodes({"proposer": proposer, "solver": solver}, eps, train=True)
     for e, r in zip(eps, res):
         props = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "proposer"]
-        assert len(props) == 1 and props[0][2] == e.group   # HRPO: grouped by hop count
+        assert len(props) == 1 and props[0][2] == e.group  # HRPO: grouped by hop count
         assert props[0][1] == r.metrics["reward"]
         sols = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "solver"]
         if r.metrics["format"] > 0:
-            assert len(sols) == 5 and len({g for *_, g in sols}) == 1 and all(rw in (0.0, 1.0) for _, rw, _ in sols)
+            assert (
+                len(sols) == 5
+                and len({g for *_, g in sols}) == 1
+                and all(rw in (0.0, 1.0) for _, rw, _ in sols)
+            )
         else:
-            assert sols == []   # malformed pairs give the solver no data
+            assert sols == []  # malformed pairs give the solver no data
 
 
 def test_selfplay_eval_has_solver_accuracy_on_computed_problems(tiny_llm):
-    rec = SelfPlayRecipe(proposals_per_step=2, eval_proposals=2, eval_problems=3, proposer_tokens=4, solver_tokens=4)
+    rec = SelfPlayRecipe(
+        proposals_per_step=2, eval_proposals=2, eval_problems=3, proposer_tokens=4, solver_tokens=4
+    )
     eps = rec.eval_episodes(0)
     assert sum(e.task["kind"] == "problem" for e in eps) == 3
-    assert eps == rec.eval_episodes(5)   # one fixed held-out set
+    assert eps == rec.eval_episodes(5)  # one fixed held-out set
     rec_llm = TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
     res = rec.run_episodes({"proposer": rec_llm, "solver": rec_llm}, eps, train=False)
     assert len(res) == 5
-    assert all("heldout_solver_accuracy" in r.metrics for r in res[2:]) and all("reward" in r.metrics for r in res[:2])
+    assert all("heldout_solver_accuracy" in r.metrics for r in res[2:]) and all(
+        "reward" in r.metrics for r in res[:2]
+    )
 
 
 # -- CLI --------------------------------------------------------------------------------------------
@@ -218,14 +238,24 @@ def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--recipe", "[1]"])
     assert r.exit_code == 2 and "--recipe must be a JSON object" in r.output
-    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--recipe",
-                            json.dumps({"proposals_per_step": 1})])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "selfplay",
+            "--out",
+            str(tmp_path / "x"),
+            "--recipe",
+            json.dumps({"proposals_per_step": 1}),
+        ],
+    )
     assert r.exit_code == 2 and "proposals_per_step" in r.output
     r = runner.invoke(app, ["train", "conductor", "--out", str(tmp_path / "x"), "--recipe", '{"nope": 1}'])
     assert r.exit_code == 2 and "nope" in r.output
-    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--advantage", "ppo", "--steps", "0"])
+    r = runner.invoke(
+        app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--advantage", "ppo", "--steps", "0"]
+    )
     assert r.exit_code == 2 and "advantage" in r.output
-
 
 
 def test_cli_stops_with_one_line_when_the_checkpoint_cannot_fit(tiny_llm, tmp_path, monkeypatch):
@@ -239,10 +269,21 @@ def test_cli_stops_with_one_line_when_the_checkpoint_cannot_fit(tiny_llm, tmp_pa
     tiny_llm.tokenizer.save_pretrained(model)
     real = shutil.disk_usage
     monkeypatch.setattr(trainer_mod.shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))
-    r = CliRunner().invoke(app, ["train", "selfplay", "--model", f"hf:{model}", "--steps", "1",
-                                 "--out", str(tmp_path / "run"), "--recipe",
-                                 json.dumps({"proposals_per_step": 2, "n_solvers": 2, "eval_proposals": 1,
-                                             "eval_problems": 1})])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "selfplay",
+            "--model",
+            f"hf:{model}",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            "--recipe",
+            json.dumps({"proposals_per_step": 2, "n_solvers": 2, "eval_proposals": 1, "eval_problems": 1}),
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert "needs about" in r.output and "1.0 MiB free" in r.output and "Traceback" not in r.output
 
@@ -262,7 +303,9 @@ def test_selfplay_refuses_what_it_cannot_train_on():
     rec = SelfPlayRecipe(proposals_per_step=2, proposer_tokens=4, solver_tokens=4)
     remote = FunctionLLM(lambda prompt: "Question: 2 + 2?\nAnswer: 4", name="remote")  # no tokenizer
     llms = {"proposer": remote, "solver": remote, FROZEN: remote}
-    with pytest.raises(ValueError, match="training the selfplay policies needs a local model with a tokenizer"):
+    with pytest.raises(
+        ValueError, match="training the selfplay policies needs a local model with a tokenizer"
+    ):
         rec.run_episodes(llms, rec.train_episodes(0, 0), train=True)
     with pytest.raises(ValueError, match=r"kind 'selfplay' or 'problem', got \['quiz'\]"):
         rec.run_episodes(llms, [Episode({"kind": "quiz"}, 0, "g")], train=False)

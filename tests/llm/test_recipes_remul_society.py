@@ -70,12 +70,30 @@ def test_episodes_are_deterministic_and_train_eval_questions_disjoint(cls):
 
 
 def test_constructor_arguments_are_validated():
-    for kw in ({"group_size": 1}, {"cuts": ()}, {"cuts": (0.5, 0.5)}, {"cuts": (1.0,)}, {"speaker_tokens": 0},
-               {"ea_fractions": (1.0,)}, {"temperature": -1}, {"correctness": 1}, {"min_lines": -1}):
+    for kw in (
+        {"group_size": 1},
+        {"cuts": ()},
+        {"cuts": (0.5, 0.5)},
+        {"cuts": (1.0,)},
+        {"speaker_tokens": 0},
+        {"ea_fractions": (1.0,)},
+        {"temperature": -1},
+        {"correctness": 1},
+        {"min_lines": -1},
+    ):
         with pytest.raises(ValueError):
             RemulRecipe(**kw)
-    for kw in ({"n_personas": 1}, {"n_personas": 99}, {"rounds": 0}, {"group_size": 1}, {"persona_tokens": 0},
-               {"sft_batch": 0}, {"sft_slip_rate": 1.5}, {"sft_slip_rate": -0.1}, {"sft_slip_rate": True}):
+    for kw in (
+        {"n_personas": 1},
+        {"n_personas": 99},
+        {"rounds": 0},
+        {"group_size": 1},
+        {"persona_tokens": 0},
+        {"sft_batch": 0},
+        {"sft_slip_rate": 1.5},
+        {"sft_slip_rate": -0.1},
+        {"sft_slip_rate": True},
+    ):
         with pytest.raises(ValueError):
             SocietyRecipe(**kw)
     assert RemulRecipe(correctness=True).config()["correctness"] is True
@@ -98,8 +116,15 @@ def _listener(msgs):
 @pytest.mark.parametrize("correctness,answer,expected", [(False, 7, 6.0), (True, 7, 9.0), (True, 8, 6.0)])
 def test_remul_reward_is_the_hand_count_of_matching_listeners(correctness, answer, expected):
     r = RemulRecipe(correctness=correctness, group_size=2)
-    eps = [Episode({"kind": "question", "question": "Ann has 3 and buys 4 more. How many?", "answer": answer},
-                   seed, "g", i) for i, seed in enumerate((1, 2))]
+    eps = [
+        Episode(
+            {"kind": "question", "question": "Ann has 3 and buys 4 more. How many?", "answer": answer},
+            seed,
+            "g",
+            i,
+        )
+        for i, seed in enumerate((1, 2))
+    ]
     res = r.run_episodes({"speaker": FunctionLLM(_speaker), FROZEN: FunctionLLM(_listener)}, eps, train=False)
     assert len(res) == 2
     for x in res:
@@ -111,18 +136,28 @@ def test_remul_reward_is_the_hand_count_of_matching_listeners(correctness, answe
 
 
 def test_remul_episodes_with_a_tiny_model(tiny_llm):
-    r = RemulRecipe(questions_per_step=2, group_size=2, speaker_tokens=12, listener_tokens=6, eval_questions=2)
+    r = RemulRecipe(
+        questions_per_step=2, group_size=2, speaker_tokens=12, listener_tokens=6, eval_questions=2
+    )
     llms = {"speaker": _policy(tiny_llm), FROZEN: tiny_llm}
     eps = r.train_episodes(0, 3)
     res = r.run_episodes(llms, eps, train=True)
     assert len(res) == len(eps) == 4
     for e, x in zip(eps, res):
-        assert len(x.samples) == 1 and x.samples[0].policy == "speaker" and x.samples[0].meta["role"] == "speaker"
+        assert (
+            len(x.samples) == 1
+            and x.samples[0].policy == "speaker"
+            and x.samples[0].meta["role"] == "speaker"
+        )
         assert x.samples[0].old_logprobs is not None and x.groups == [e.group]
         assert 0.0 <= x.rewards[0] <= 9.0 and x.rewards[0] == x.metrics["reward"]
         # recount from the record
         spk = x.record["speaker_answer"]
-        count = sum(1 for a in itertools.chain(*x.record["listener_answers"].values()) if spk and answers_match(a, spk))
+        count = sum(
+            1
+            for a in itertools.chain(*x.record["listener_answers"].values())
+            if spk and answers_match(a, spk)
+        )
         assert x.rewards[0] == count
     again = r.run_episodes({"speaker": _policy(tiny_llm), FROZEN: tiny_llm}, eps[1:2], train=True)
     assert again[0].record["speaker_text"] == res[1].record["speaker_text"]  # a seed fixes the episode
@@ -142,7 +177,9 @@ def test_remul_sft_masks_only_the_final_answer_line(tiny_llm):
         assert tok.decode(kept).strip() == s.meta["answer_line"]
         assert s.meta["answer_line"].startswith("Final answer: ") and s.old_logprobs is None
         assert 0 < sum(s.completion_mask) < len(s.completion_ids)
-        assert "Final answer" not in tok.decode([t for t, m in zip(s.completion_ids, s.completion_mask) if not m])
+        assert "Final answer" not in tok.decode(
+            [t for t, m in zip(s.completion_ids, s.completion_mask) if not m]
+        )
         assert s.meta["question"] not in r._eval_set
     # the SFT prompt is exactly the speaker's prompt in a run
     from societas.agents.llm.base import encode_with_tokenizer
@@ -169,12 +206,16 @@ def test_society_reward_is_the_aggregated_answers_accuracy():
             return "They agree.\nFinal answer: 12"
         return "Final answer: 12" if "accountant" in msgs[0]["content"] else "Final answer: 11"
 
-    eps = [Episode({"question": "Q one?", "answer": 12}, 1, "a", 0), Episode({"question": "Q two?", "answer": 11}, 2,
-                                                                              "b", 1)]
+    eps = [
+        Episode({"question": "Q one?", "answer": 12}, 1, "a", 0),
+        Episode({"question": "Q two?", "answer": 11}, 2, "b", 1),
+    ]
     res = r.run_episodes({"society": FunctionLLM(fn)}, eps, train=False)
     assert [x.metrics["reward"] for x in res] == [1.0, 0.0]  # the aggregator, not the majority, decides
     assert [x.metrics["majority_accuracy"] for x in res] == [0.0, 1.0]
-    assert res[0].metrics["accuracy/accountant"] == 1.0 and res[0].metrics["persona_accuracy"] == pytest.approx(1 / 3)
+    assert res[0].metrics["accuracy/accountant"] == 1.0 and res[0].metrics[
+        "persona_accuracy"
+    ] == pytest.approx(1 / 3)
 
 
 def test_society_dialogue_every_answer_is_computed_and_the_slip_is_corrected():
@@ -197,14 +238,19 @@ def test_society_dialogue_every_answer_is_computed_and_the_slip_is_corrected():
             wrong = extract_final_answer(d.messages[d.slipped][0])
             assert wrong in d.aggregator and d.slipped in d.aggregator  # the aggregator names the outlier
             if rounds > 1:  # round 1: the others name the slip; the slipped persona accepts it
-                assert all(d.slipped in d.messages[n][1] and wrong in d.messages[n][1] for n in names
-                           if n != d.slipped)
+                assert all(
+                    d.slipped in d.messages[n][1] and wrong in d.messages[n][1]
+                    for n in names
+                    if n != d.slipped
+                )
                 assert "slipped" in d.messages[d.slipped][1]
     assert 0.3 < slips / 120 < 0.7  # slip_rate 0.5
     for q, a in heldout_problems(10, seed=6):
         assert society_dialogue(q, a, names, 2, random.Random(0), slip_rate=0.0).slipped is None
         assert society_dialogue(q, a, names, 2, random.Random(0), slip_rate=1.0).slipped in names[1:]
-        assert society_dialogue(q, a, names[:2], 2, random.Random(0), slip_rate=1.0).slipped is None  # no majority
+        assert (
+            society_dialogue(q, a, names[:2], 2, random.Random(0), slip_rate=1.0).slipped is None
+        )  # no majority
     with pytest.raises(ValueError, match="at least two personas"):
         society_dialogue("q", 1, names[:1], 1, random.Random(0))
 
@@ -212,10 +258,14 @@ def test_society_dialogue_every_answer_is_computed_and_the_slip_is_corrected():
 @pytest.mark.parametrize("rounds,train_aggregator", [(1, True), (2, True), (2, False)])
 def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, rounds, train_aggregator):
     tok = tiny_llm.tokenizer
-    r = SocietyRecipe(n_personas=3, rounds=rounds, sft_batch=4, sft_slip_rate=1.0, train_aggregator=train_aggregator)
+    r = SocietyRecipe(
+        n_personas=3, rounds=rounds, sft_batch=4, sft_slip_rate=1.0, train_aggregator=train_aggregator
+    )
     out = r.sft_samples(0, 9, tok)["society"]
     again = r.sft_samples(0, 9, tok)["society"]
-    assert [(s.prompt_ids, s.completion_ids) for s in out] == [(s.prompt_ids, s.completion_ids) for s in again]
+    assert [(s.prompt_ids, s.completion_ids) for s in out] == [
+        (s.prompt_ids, s.completion_ids) for s in again
+    ]
     # every question has a slip (rate 1.0): its round-0 message gives no sample
     per_q = 3 * rounds - 1 + (1 if train_aggregator else 0)
     assert len(out) == 4 * per_q
@@ -250,16 +300,24 @@ def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, 
         seen.append(p)
         return by_prompt.get(p, "Final answer: 0")
 
-    res = r.run_episodes({"society": FunctionLLM(replay)}, [Episode({"question": q, "answer": 0}, 1, "g", 0)],
-                         train=False)
+    res = r.run_episodes(
+        {"society": FunctionLLM(replay)}, [Episode({"question": q, "answer": 0}, 1, "g", 0)], train=False
+    )
     assert len(seen) == 3 * rounds + 1
     assert len(mine) == len(seen) and set(seen) == set(by_prompt)  # every prompt of the run is a sample's
     assert res[0].record["aggregated_answer"] is not None
 
 
 def test_society_episodes_with_a_tiny_model(tiny_llm):
-    r = SocietyRecipe(n_personas=2, rounds=2, questions_per_step=1, group_size=2, persona_tokens=6,
-                      aggregator_tokens=6, eval_questions=2)
+    r = SocietyRecipe(
+        n_personas=2,
+        rounds=2,
+        questions_per_step=1,
+        group_size=2,
+        persona_tokens=6,
+        aggregator_tokens=6,
+        eval_questions=2,
+    )
     eps = r.train_episodes(0, 4)
     res = r.run_episodes({"society": _policy(tiny_llm), FROZEN: tiny_llm}, eps, train=True)
     assert len(res) == 2
@@ -268,9 +326,18 @@ def test_society_episodes_with_a_tiny_model(tiny_llm):
         assert {s.meta["role"] for s in x.samples} == {"persona", "aggregator"}
         assert all(s.policy == "society" for s in x.samples) and set(x.groups) == {e.group}
         assert set(x.rewards) <= {0.0, 1.0} and x.rewards == [x.metrics["reward"]] * 5
-    r2 = SocietyRecipe(n_personas=2, rounds=1, train_aggregator=False, questions_per_step=1, group_size=2,
-                       persona_tokens=6, aggregator_tokens=6)
-    res2 = r2.run_episodes({"society": _policy(tiny_llm), FROZEN: tiny_llm}, r2.train_episodes(0, 4), train=True)
+    r2 = SocietyRecipe(
+        n_personas=2,
+        rounds=1,
+        train_aggregator=False,
+        questions_per_step=1,
+        group_size=2,
+        persona_tokens=6,
+        aggregator_tokens=6,
+    )
+    res2 = r2.run_episodes(
+        {"society": _policy(tiny_llm), FROZEN: tiny_llm}, r2.train_episodes(0, 4), train=True
+    )
     assert all({s.meta["role"] for s in x.samples} == {"persona"} for x in res2)
 
 
@@ -280,12 +347,25 @@ def test_society_episodes_with_a_tiny_model(tiny_llm):
 @pytest.mark.parametrize("which", ["remul", "society"])
 def test_train_one_step(which, tiny_uri, tmp_path):
     if which == "remul":
-        rec = RemulRecipe(questions_per_step=1, group_size=2, speaker_tokens=8, listener_tokens=4, eval_questions=2,
-                          sft_batch=2)
+        rec = RemulRecipe(
+            questions_per_step=1,
+            group_size=2,
+            speaker_tokens=8,
+            listener_tokens=4,
+            eval_questions=2,
+            sft_batch=2,
+        )
         cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
     else:
-        rec = SocietyRecipe(n_personas=2, questions_per_step=1, group_size=2, persona_tokens=6, aggregator_tokens=6,
-                            eval_questions=2, sft_batch=2)
+        rec = SocietyRecipe(
+            n_personas=2,
+            questions_per_step=1,
+            group_size=2,
+            persona_tokens=6,
+            aggregator_tokens=6,
+            eval_questions=2,
+            sft_batch=2,
+        )
         cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
     out = tmp_path / which
     res = train(rec, cfg, out=out)
@@ -301,11 +381,15 @@ def test_train_one_step(which, tiny_uri, tmp_path):
     assert res.last_eval["reward"] >= 0.0
 
 
-@pytest.mark.parametrize("recipe", [RemulRecipe(questions_per_step=1, group_size=2),
-                                    SocietyRecipe(questions_per_step=1, group_size=2)],
-                         ids=["remul", "society"])
+@pytest.mark.parametrize(
+    "recipe",
+    [RemulRecipe(questions_per_step=1, group_size=2), SocietyRecipe(questions_per_step=1, group_size=2)],
+    ids=["remul", "society"],
+)
 def test_training_needs_a_policy_with_a_tokenizer(recipe):
     remote = FunctionLLM(lambda prompt: "Final answer: 4", name="remote")  # no tokenizer, no token ids
     llms = {name: remote for name in (*recipe.policies, FROZEN)}
-    with pytest.raises(ValueError, match=f"training the {recipe.name} policies needs a local model with a tokenizer"):
+    with pytest.raises(
+        ValueError, match=f"training the {recipe.name} policies needs a local model with a tokenizer"
+    ):
         recipe.run_episodes(llms, recipe.train_episodes(0, 0), train=True)

@@ -131,8 +131,15 @@ def test_collate_layout(tiny_llm):
 
 def _event(sender="prop", role="proposer", **meta) -> TraceEvent:
     return TraceEvent(
-        step=0, round=0, sender=sender, receivers=[], kind="agent", role=role,
-        prompt=[{"role": "user", "content": "hi"}], output="x", meta=dict(meta),
+        step=0,
+        round=0,
+        sender=sender,
+        receivers=[],
+        kind="agent",
+        role=role,
+        prompt=[{"role": "user", "content": "hi"}],
+        output="x",
+        meta=dict(meta),
     )
 
 

@@ -43,7 +43,9 @@ def _one_node(params=PARAMS) -> Graph:
 def _rollout(llm, graph, tasks, role_map, seed=0):
     rec = TokenRecorder(llm)
     res = Runtime(graph, llm=rec, seed=seed, on_event=rec.on_event).run_many(tasks)
-    return [s for k, r in enumerate(res) for s in samples_from_trace(r.trace, role_map, llm.tokenizer, trace_id=k)]
+    return [
+        s for k, r in enumerate(res) for s in samples_from_trace(r.trace, role_map, llm.tokenizer, trace_id=k)
+    ]
 
 
 def _logps(model, samples, pad):
@@ -69,9 +71,9 @@ def test_positive_advantage_raises_logprob_negative_lowers(llm):
     assert m["advantage_mean"] == pytest.approx(0.0, abs=1e-6)
     assert m["reward_mean"] == pytest.approx(0.5) and m["step"] == 1.0
     assert m["grad_norm"] > 0 and abs(m["kl"]) == 0.0 and m["clip_fraction"] == 0.0
-    assert after[0] > before[0] + 1e-3   # rewarded completion is now more likely
-    assert after[1] < before[1] - 1e-3   # the other one less likely
-    assert not llm.model.training        # eval mode restored for generation
+    assert after[0] > before[0] + 1e-3  # rewarded completion is now more likely
+    assert after[1] < before[1] - 1e-3  # the other one less likely
+    assert not llm.model.training  # eval mode restored for generation
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
@@ -79,16 +81,29 @@ def test_gradient_accumulation_equals_full_batch(llm, loss_type):
     rm = RoleMap({"answerer": "p"})
     samples = _rollout(llm, _one_node(), ["q1", "q1", "q2", "q2"], rm, seed=2)
     # unequal completion lengths so that token weighting matters
-    samples[0] = TokenSample(samples[0].policy, samples[0].prompt_ids, samples[0].completion_ids[:2],
-                             samples[0].completion_mask[:2], samples[0].old_logprobs[:2], samples[0].group_key)
+    samples[0] = TokenSample(
+        samples[0].policy,
+        samples[0].prompt_ids,
+        samples[0].completion_ids[:2],
+        samples[0].completion_mask[:2],
+        samples[0].old_logprobs[:2],
+        samples[0].group_key,
+    )
     rewards = torch.tensor([[1.0, 0.0], [0.0, 0.5], [0.3, 1.0], [0.0, 0.0]])
     width = max(len(s.prompt_ids) for s in samples) + max(len(s.completion_ids) for s in samples)
     out = []
     # one batch; two micro-batches; one row per micro-batch through the token cap
     for k, cap in ((1, None), (2, None), (1, width)):
         model = copy.deepcopy(llm.model)
-        cfg = GRPOConfig(lr=1e-3, grad_accum_steps=k, micro_batch_tokens=cap, loss_type=loss_type,
-                         advantage="gdpo", kl_beta=0.05, max_grad_norm=0.5)
+        cfg = GRPOConfig(
+            lr=1e-3,
+            grad_accum_steps=k,
+            micro_batch_tokens=cap,
+            loss_type=loss_type,
+            advantage="gdpo",
+            kl_beta=0.05,
+            max_grad_norm=0.5,
+        )
         tr = PolicyTrainer(model, llm.tokenizer, cfg)
         assert len(tr._micro_batches(4, width)) == (4 if cap else k)
         m = tr.step(samples, rewards)
@@ -119,7 +134,7 @@ def test_checkpoint_resume_equals_uninterrupted(llm, tmp_path):
     a = PolicyTrainer(copy.deepcopy(init), llm.tokenizer, cfg)
     a.step(samples, r1)
     a.save_checkpoint(tmp_path / "ck")
-    a.save_checkpoint(tmp_path / "ck")   # a second save replaces the first cleanly
+    a.save_checkpoint(tmp_path / "ck")  # a second save replaces the first cleanly
     a.step(samples, r2)
 
     b = PolicyTrainer(copy.deepcopy(init), llm.tokenizer, cfg)
@@ -137,7 +152,6 @@ def test_checkpoint_resume_equals_uninterrupted(llm, tmp_path):
     b.load_checkpoint(tmp_path / "ck")
     with pytest.raises(FileNotFoundError):
         b.load_checkpoint(tmp_path / "nothing")
-
 
 
 def _trainer_pt(root):
@@ -185,8 +199,9 @@ def test_checkpoint_without_room_is_a_clear_error_and_keeps_the_previous(llm, tm
 
     # 1) Not enough free space: refused before anything is written, naming both sizes.
     real = shutil.disk_usage
-    monkeypatch.setattr(trainer_mod.shutil, "disk_usage",
-                        lambda p: real(p)._replace(free=tr.checkpoint_nbytes() // 2))
+    monkeypatch.setattr(
+        trainer_mod.shutil, "disk_usage", lambda p: real(p)._replace(free=tr.checkpoint_nbytes() // 2)
+    )
     with pytest.raises(CheckpointError, match=r"policy 'p' at step 2 needs about .* MiB but .* free") as err:
         tr.save_checkpoint(root)
     assert err.value.errno == 28
@@ -220,14 +235,19 @@ def test_lora_trains_only_the_adapter_and_syncs_merged_weights(llm, tmp_path):
     samples = _rollout(llm, _one_node(), ["say hi", "say hi"], rm, seed=1)
     base = copy.deepcopy(llm.model)
     frozen_before = {k: v.clone() for k, v in base.state_dict().items()}
-    tr = PolicyTrainer(base, llm.tokenizer, GRPOConfig(lr=1e-2, lora={"r": 4, "lora_alpha": 8,
-                                                                     "target_modules": ["q_proj", "v_proj"]}))
+    tr = PolicyTrainer(
+        base,
+        llm.tokenizer,
+        GRPOConfig(lr=1e-2, lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}),
+    )
     trainable = [n for n, p in tr.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     pad = llm.tokenizer.pad_token_id
     before = _logps(tr.model, samples, pad)
     tr.step(samples, torch.tensor([1.0, 0.0]), groups=[0, 0])
-    tr.step(samples, torch.tensor([1.0, 0.0]), groups=[0, 0])   # B starts at 0: the second step moves the output
+    tr.step(
+        samples, torch.tensor([1.0, 0.0]), groups=[0, 0]
+    )  # B starts at 0: the second step moves the output
     after = _logps(tr.model, samples, pad)
     assert after[0] > before[0] and after[1] < before[1]
     # The base weights stayed as they were; only adapters moved.
@@ -266,13 +286,16 @@ def test_sync_to(llm, tiny_llm):
     from societas.agents.llm.base import SamplingParams
 
     g = SamplingParams(temperature=1.0, max_new_tokens=5, seed=11)
-    assert [c[0].token_ids for c in other.generate(["hello"], g)] == [c[0].token_ids for c in llm.generate(["hello"], g)]
+    assert [c[0].token_ids for c in other.generate(["hello"], g)] == [
+        c[0].token_ids for c in llm.generate(["hello"], g)
+    ]
 
 
 def _expected_first_reward(llm, tasks, score: torch.Tensor) -> float:
     """Exact expected reward E[score[first token]] under the model (averaged over tasks)."""
-    ids = llm.encode_prompts([[{"role": "system", "content": "Answer."}, {"role": "user", "content": t}]
-                              for t in tasks])
+    ids = llm.encode_prompts(
+        [[{"role": "system", "content": "Answer."}, {"role": "user", "content": t}] for t in tasks]
+    )
     out = []
     with torch.no_grad():
         for x in ids:
@@ -325,7 +348,7 @@ def test_only_the_trained_role_is_updated_and_masked_tokens_are_inert(llm):
     g = _two_role_graph()
     rm = RoleMap({"solver": "s"}).validate(g)
     samples = _rollout(llm, g, ["t1", "t1", "t2"], rm, seed=7)
-    assert [s.meta["sender"] for s in samples] == ["solve"] * 3   # proposer is frozen: no samples
+    assert [s.meta["sender"] for s in samples] == ["solve"] * 3  # proposer is frozen: no samples
     # A trainer for policy "s" drops samples of any other policy (with their rewards).
     rm_all = RoleMap({"solver": "s", "proposer": "p"})
     both = _rollout(llm, g, ["t1", "t1", "t2"], rm_all, seed=7)
@@ -347,10 +370,21 @@ def test_only_the_trained_role_is_updated_and_masked_tokens_are_inert(llm):
     base = samples[0]
 
     def with_foreign(junk):
-        segs = [{"token_ids": base.completion_ids, "logprobs": base.old_logprobs, "generated": True},
-                {"token_ids": junk, "generated": False}]
-        ev = TraceEvent(step=0, round=0, sender="solve", receivers=[], kind="agent", role="solver",
-                        prompt=[{"role": "user", "content": "hi"}], output="x", meta={SEGMENTS_KEY: segs})
+        segs = [
+            {"token_ids": base.completion_ids, "logprobs": base.old_logprobs, "generated": True},
+            {"token_ids": junk, "generated": False},
+        ]
+        ev = TraceEvent(
+            step=0,
+            round=0,
+            sender="solve",
+            receivers=[],
+            kind="agent",
+            role="solver",
+            prompt=[{"role": "user", "content": "hi"}],
+            output="x",
+            meta={SEGMENTS_KEY: segs},
+        )
         return samples_from_trace(Trace([ev], {"task": "t"}), rm, llm.tokenizer)[0]
 
     after = []

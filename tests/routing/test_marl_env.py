@@ -158,7 +158,9 @@ def test_replaying_an_edge_set_matches_evaluate(routing: RoutingEnv, which: str)
     else:  # facts relayed keeper -> keeper -> ... : only right if messages carry everything the sender knows
         adj = torch.zeros(b, n, n, dtype=torch.bool)
         for r in range(b):
-            order = sorted(torch.randperm(n - 1, generator=gen)[: int(torch.randint(2, n, (1,), generator=gen))].tolist())
+            order = sorted(
+                torch.randperm(n - 1, generator=gen)[: int(torch.randint(2, n, (1,), generator=gen))].tolist()
+            )
             for i, j in zip(order, order[1:] + [n - 1]):
                 adj[r, i, j] = True
     ref = routing.evaluate(adj, tasks)
@@ -178,7 +180,9 @@ def test_replaying_an_edge_set_matches_evaluate(routing: RoutingEnv, which: str)
     assert torch.allclose(ret, ref.reward, atol=1e-5)
     assert torch.allclose(out.reward, ref.reward)
     if which == "optimal":
-        assert float(ref.success.mean()) > 0.95 and bool((ref.messages == routing.config.facts_per_task + 1).all())
+        assert float(ref.success.mean()) > 0.95 and bool(
+            (ref.messages == routing.config.facts_per_task + 1).all()
+        )
     if which in ("random", "chains"):  # a mix of outcomes, so the comparison means something
         assert 0.05 < float(ref.success.mean()) < 0.95
 
@@ -192,7 +196,11 @@ def test_run_episode_with_a_schedule_policy(routing: RoutingEnv) -> None:
     steps = iter(env.schedule(adj))
     out, sent = env.run_episode(lambda obs: next(steps), tasks=tasks)
     ref = routing.evaluate(adj, tasks)
-    assert torch.equal(sent, adj) and torch.equal(out.success, ref.success) and torch.equal(out.messages, ref.messages)
+    assert (
+        torch.equal(sent, adj)
+        and torch.equal(out.success, ref.success)
+        and torch.equal(out.messages, ref.messages)
+    )
     assert bool((env.tasks.uid % 2 == 1).all())  # the test split after the auto-reset
 
 
@@ -215,8 +223,16 @@ def test_mappo_learns_cheap_reliable_routing(routing: RoutingEnv) -> None:
 
     env = RoutingMARLEnv(routing, num_envs=64, rounds=2, device="cpu", seed=0)
     cfg = MAPPOConfig(
-        algo="mappo", num_envs=64, rollout_steps=2 * env.max_cycles, lr=3e-3, critic_lr=3e-3,
-        gamma=1.0, update_epochs=4, num_minibatches=2, device="cpu", seed=0,
+        algo="mappo",
+        num_envs=64,
+        rollout_steps=2 * env.max_cycles,
+        lr=3e-3,
+        critic_lr=3e-3,
+        gamma=1.0,
+        update_epochs=4,
+        num_minibatches=2,
+        device="cpu",
+        seed=0,
     )
     algo = MAPPO(cfg, env=env)
     history = algo.learn(80)

@@ -36,7 +36,14 @@ from societas.topology import Graph, Runtime
 torch.set_num_threads(1)
 
 # 2 keepers, 1 expert (the only one who can solve), the answerer; one task type needing facts A and B.
-TINY = {"n_agents": 4, "n_types": 1, "facts_per_task": 2, "expert_skill": 1.0, "novice_skill": 0.0, "cost_per_message": 0.05}
+TINY = {
+    "n_agents": 4,
+    "n_types": 1,
+    "facts_per_task": 2,
+    "expert_skill": 1.0,
+    "novice_skill": 0.0,
+    "cost_per_message": 0.05,
+}
 # 2 keepers, 2 experts, the answerer; two task types whose facts and experts differ.
 SMALL = {"n_agents": 5, "n_types": 2, "facts_per_task": 1}
 
@@ -183,7 +190,9 @@ def test_skill_agents_llm_is_deterministic(small_env):
 
 def test_reinforce_gradient_sign_on_a_two_edge_toy():
     # keeper -> expert -> answerer: success needs both edges 0->1 and 1->2; 0->2 only costs.
-    env = RoutingEnv(RoutingEnvConfig(n_agents=3, n_types=1, facts_per_task=1, novice_skill=0.0), device="cpu")
+    env = RoutingEnv(
+        RoutingEnvConfig(n_agents=3, n_types=1, facts_per_task=1, novice_skill=0.0), device="cpu"
+    )
     router = GPTSwarmRouter(env)
     tasks = env.sample_tasks(4096, generator=0)
     smp = router.sample(tasks, torch.Generator().manual_seed(0))
@@ -231,7 +240,10 @@ def test_gnn_layers_shapes_and_normalisation():
 
 def test_gdesigner_forward_with_gat_and_inner_decoder(small_env):
     tasks = small_env.sample_tasks(6, generator=0)
-    for cfg in (GDesignerConfig(gnn="gat"), GDesignerConfig(decoder="inner", anchor="roles", anchor_weight=0.1)):
+    for cfg in (
+        GDesignerConfig(gnn="gat"),
+        GDesignerConfig(decoder="inner", anchor="roles", anchor_weight=0.1),
+    ):
         torch.manual_seed(0)
         r = GDesignerRouter(small_env, cfg)
         smp = r.sample(tasks, torch.Generator().manual_seed(0))

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "topology", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "topology", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def scripted(messages):
@@ -58,9 +60,17 @@ def test_show_json_and_render(tmp_path):
 
 def test_run_json_with_a_scripted_llm(tmp_path):
     r = _cli(
-        "run", "examples/specs/society.yaml", "--task", "What is 2+2?",
-        "--llm", "function:tests.topology.test_cli:scripted",
-        "--trace", str(tmp_path / "t.jsonl"), "--render", str(tmp_path / "t.mmd"), "--json",
+        "run",
+        "examples/specs/society.yaml",
+        "--task",
+        "What is 2+2?",
+        "--llm",
+        "function:tests.topology.test_cli:scripted",
+        "--trace",
+        str(tmp_path / "t.jsonl"),
+        "--render",
+        str(tmp_path / "t.mmd"),
+        "--json",
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -73,8 +83,17 @@ def test_run_json_with_a_scripted_llm(tmp_path):
 
 
 def test_run_budget_and_unknown_llm(tmp_path):
-    r = _cli("run", "examples/specs/society.yaml", "--task", "x", "--llm", "function:tests.topology.test_cli:scripted",
-             "--max-calls", "2", "--json")
+    r = _cli(
+        "run",
+        "examples/specs/society.yaml",
+        "--task",
+        "x",
+        "--llm",
+        "function:tests.topology.test_cli:scripted",
+        "--max-calls",
+        "2",
+        "--json",
+    )
     assert r.returncode == 0
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["stopped"] == "call_budget" and out["output"] is None and out["totals"]["calls"] == 2

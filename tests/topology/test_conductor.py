@@ -29,7 +29,7 @@ def test_humaneval_ships_164_problems_and_a_fixed_split():
 
 def test_every_canonical_solution_of_a_sample_passes_in_the_sandbox():
     tasks = humaneval_tasks()
-    for t in tasks[:: 16]:
+    for t in tasks[::16]:
         r = grade_code(t, t.canonical_solution)
         assert r.outcome == "passed", (t.task_id, r.feedback)
 
@@ -51,7 +51,10 @@ def test_grades_distinguish_outcomes(task0, body, outcome):
 
 
 def test_compile_error_and_no_code(task0):
-    assert grade_code(task0, "```python\ndef has_close_elements(a, b)\n    return 1\n```").outcome == "compile_error"
+    assert (
+        grade_code(task0, "```python\ndef has_close_elements(a, b)\n    return 1\n```").outcome
+        == "compile_error"
+    )
     assert grade_code(task0, "I cannot solve this.").outcome == "no_code"
 
 
@@ -81,7 +84,9 @@ def test_conductor_revises_after_parse_error_and_stops_on_success(task0):
 
 def test_conductor_feeds_test_failures_back_and_respects_max_turns(task0):
     orch = FunctionLLM(lambda m: GOOD_YAML)
-    workers = FunctionLLM(lambda m: "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```")
+    workers = FunctionLLM(
+        lambda m: "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    )
     res = Conductor(orch, workers, max_turns=2).run(task0)
     assert [t.outcome for t in res.turns] == ["wrong_answer", "wrong_answer"]
     assert not res.passed
@@ -90,9 +95,13 @@ def test_conductor_feeds_test_failures_back_and_respects_max_turns(task0):
 
 
 def test_conductor_enforces_the_difficulty_node_cap(task0):
-    chain8 = "".join(f"  - - {{name: a{i}, role: coding, ref: [{'a' + str(i - 1) if i else ''}]}}\n" for i in range(8))
+    chain8 = "".join(
+        f"  - - {{name: a{i}, role: coding, ref: [{'a' + str(i - 1) if i else ''}]}}\n" for i in range(8)
+    )
     big = "```yaml\nlayers:\n" + chain8 + "```"
-    capped = Conductor(FunctionLLM(lambda m: big), FunctionLLM(lambda m: "x"), max_turns=1, enforce_caps=True).run(task0)
+    capped = Conductor(
+        FunctionLLM(lambda m: big), FunctionLLM(lambda m: "x"), max_turns=1, enforce_caps=True
+    ).run(task0)
     assert capped.turns[0].outcome == "logic_invalid"
     assert "8 agents, more than the cap of 7" in capped.turns[0].parse_message
     free = Conductor(FunctionLLM(lambda m: big), FunctionLLM(lambda m: "x"), max_turns=1).run(task0)

@@ -54,10 +54,14 @@ def _raises(kind: type[TopologyParseError], text: str, **kw) -> TopologyParseErr
 
 
 def test_error_kinds_are_distinct_spec_errors():
-    assert [c.kind for c in (NoYAMLFound, YAMLSyntaxError, SchemaInvalid, LogicInvalid)] == list(PARSE_ERROR_KINDS)
+    assert [c.kind for c in (NoYAMLFound, YAMLSyntaxError, SchemaInvalid, LogicInvalid)] == list(
+        PARSE_ERROR_KINDS
+    )
     assert PARSE_ERROR_KINDS == ("no_yaml", "yaml_syntax", "schema_invalid", "logic_invalid")
     for cls in (NoYAMLFound, YAMLSyntaxError, SchemaInvalid, LogicInvalid):
-        assert issubclass(cls, TopologyParseError) and issubclass(cls, SpecError) and issubclass(cls, ValueError)
+        assert (
+            issubclass(cls, TopologyParseError) and issubclass(cls, SpecError) and issubclass(cls, ValueError)
+        )
 
 
 # -- the valid path ---------------------------------------------------------------
@@ -66,7 +70,11 @@ def test_error_kinds_are_distinct_spec_errors():
 def test_valid_answer_parses_into_layers():
     t = parse_layered_yaml(ANSWER)
     assert t.difficulty == "medium"
-    assert [[a.name for a in layer] for layer in t.layers] == [["planner_1"], ["coder_1", "coder_2"], ["tester_1"]]
+    assert [[a.name for a in layer] for layer in t.layers] == [
+        ["planner_1"],
+        ["coder_1", "coder_2"],
+        ["tester_1"],
+    ]
     assert t.layers[2][0] == LayeredAgent(name="tester_1", role="testing", ref=["coder_1", "coder_2"])
     assert t.final == "tester_1"
     assert t.layer_of("coder_2") == 1
@@ -102,7 +110,10 @@ def test_to_yaml_round_trips_in_the_orchestrator_format():
     assert parse_layered_yaml(text) == t
     # Names YAML would read as booleans or null are quoted.
     odd = LayeredTopology(
-        layers=[[LayeredAgent(name="yes", role="coding")], [LayeredAgent(name="null", role="testing", ref=["yes"])]]
+        layers=[
+            [LayeredAgent(name="yes", role="coding")],
+            [LayeredAgent(name="null", role="testing", ref=["yes"])],
+        ]
     )
     assert parse_layered_yaml(odd.to_yaml()) == odd
 
@@ -342,7 +353,10 @@ def test_try_parse_returns_error_instead_of_raising():
 
 def test_check_on_topologies_built_in_code():
     bad = LayeredTopology(
-        layers=[[LayeredAgent(name="a", role="coding", ref=["t"])], [LayeredAgent(name="t", role="testing", ref=["a"])]]
+        layers=[
+            [LayeredAgent(name="a", role="coding", ref=["t"])],
+            [LayeredAgent(name="t", role="testing", ref=["a"])],
+        ]
     )
     with pytest.raises(LogicInvalid, match=r"layers\[0\]\[0\]\.ref\[0\]"):
         bad.check()

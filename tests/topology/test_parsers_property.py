@@ -112,7 +112,9 @@ def _dump(doc: Any, style: int) -> str:
 
 
 def _wrap(text: str, how: int) -> str:
-    return [text, f"```yaml\n{text}```", f"Here is the plan.\n```\n{text}\n```\nDone.", f"Plan:\n{text}"][how % 4]
+    return [text, f"```yaml\n{text}```", f"Here is the plan.\n```\n{text}\n```\nDone.", f"Plan:\n{text}"][
+        how % 4
+    ]
 
 
 # -- layered YAML -----------------------------------------------------------------
@@ -170,8 +172,12 @@ def valid_layered(draw) -> dict[str, Any]:
 @given(valid_layered(), st.integers(0, 2), st.integers(0, 3))
 def test_valid_layered_documents_parse(doc: dict[str, Any], style: int, how: int):
     t = parse_layered_yaml(_wrap(_dump(doc, style), how))
-    assert [[a.name for a in layer] for layer in t.layers] == [[a["name"] for a in layer] for layer in doc["layers"]]
-    assert [[a.ref for a in layer] for layer in t.layers] == [[a["ref"] for a in layer] for layer in doc["layers"]]
+    assert [[a.name for a in layer] for layer in t.layers] == [
+        [a["name"] for a in layer] for layer in doc["layers"]
+    ]
+    assert [[a.ref for a in layer] for layer in t.layers] == [
+        [a["ref"] for a in layer] for layer in doc["layers"]
+    ]
     assert t.difficulty == doc.get("difficulty")
     _check_topology(t)
     assert parse_layered_yaml(t.to_yaml()) == t
@@ -234,7 +240,13 @@ def mutated_layered(draw) -> Any:
                 a["id"] = a.pop("name") if draw(st.booleans()) else a["name"]
         elif op == 11 and isinstance(layers, list):  # append an extra final agent
             layers.append(
-                [{"name": "extra", "role": "testing", "ref": draw(st.lists(st.sampled_from(VOCAB), max_size=2))}]
+                [
+                    {
+                        "name": "extra",
+                        "role": "testing",
+                        "ref": draw(st.lists(st.sampled_from(VOCAB), max_size=2)),
+                    }
+                ]
             )
     return doc
 
@@ -268,7 +280,10 @@ def valid_spec(draw) -> dict[str, Any]:
         if kind == "agent":
             node["role"] = draw(st.sampled_from(["solver", "coder", "planning", "aggregator"]))
             if draw(st.booleans()):
-                node["params"] = {"temperature": draw(st.floats(0, 2)), "max_new_tokens": draw(st.integers(1, 64))}
+                node["params"] = {
+                    "temperature": draw(st.floats(0, 2)),
+                    "max_new_tokens": draw(st.integers(1, 64)),
+                }
             if draw(st.booleans()):
                 node["prompt"] = draw(st.text(max_size=30))
             if draw(st.booleans()):
@@ -281,7 +296,9 @@ def valid_spec(draw) -> dict[str, Any]:
     for a, b in pairs:
         form = draw(st.integers(0, 3))
         edges.append(
-            [f"{a} -> {b}", [a, b], {"source": a, "target": b}, {"source": a, "target": b, "label": "x"}][form]
+            [f"{a} -> {b}", [a, b], {"source": a, "target": b}, {"source": a, "target": b, "label": "x"}][
+                form
+            ]
         )
     doc: dict[str, Any] = {"name": draw(st.text(max_size=10)), "nodes": nodes, "edges": edges, "rounds": 2}
     if draw(st.booleans()):
@@ -312,14 +329,18 @@ def mutated_spec(draw) -> Any:
     doc = copy.deepcopy(draw(valid_spec()))
     for _ in range(draw(st.integers(1, 4))):
         op = draw(st.integers(0, 6))
-        nodes = [n for n in doc.get("nodes") or [] if isinstance(n, dict)] if isinstance(doc.get("nodes"), list) else []
+        nodes = (
+            [n for n in doc.get("nodes") or [] if isinstance(n, dict)]
+            if isinstance(doc.get("nodes"), list)
+            else []
+        )
         if op == 0:  # drop a top-level key
             doc.pop(draw(st.sampled_from(sorted(doc))), None)
         elif op == 1 and nodes:  # change a node field's type
             node = draw(st.sampled_from(nodes))
-            node[draw(st.sampled_from(["id", "kind", "role", "llm", "params", "function", "template", "typo"]))] = draw(
-                documents
-            )
+            node[
+                draw(st.sampled_from(["id", "kind", "role", "llm", "params", "function", "template", "typo"]))
+            ] = draw(documents)
         elif op == 2 and isinstance(doc.get("edges", []), list):  # edge to a missing node / malformed edge
             doc.setdefault("edges", []).append(
                 draw(st.sampled_from(["n0 -> zz", "n0 ->", ["n0"], {"source": "n0"}, 5]))
@@ -329,7 +350,9 @@ def mutated_spec(draw) -> Any:
         elif op == 4 and nodes:  # duplicate a node
             doc["nodes"].append(copy.deepcopy(nodes[0]))
         elif op == 5:  # replace a section wholesale
-            doc[draw(st.sampled_from(["nodes", "edges", "llms", "budget", "meta", "final"]))] = draw(documents)
+            doc[draw(st.sampled_from(["nodes", "edges", "llms", "budget", "meta", "final"]))] = draw(
+                documents
+            )
         elif op == 6 and nodes:  # unknown role or LLM
             node = draw(st.sampled_from(nodes))
             node[draw(st.sampled_from(["role", "llm"]))] = "unknown_thing"

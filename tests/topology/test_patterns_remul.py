@@ -44,17 +44,32 @@ SPEAKER = (
 def test_split_reasoning_drops_blank_and_answer_lines():
     lines, answer = split_reasoning(SPEAKER)
     assert answer == "42"
-    assert lines == [f"Line {i}: " + rest for i, rest in enumerate(
-        ["there are 6 baskets.", "each basket holds 7 apples.", "multiply the two counts.", "six sevens.",
-         "add them one basket at a time.", "that gives the total.", "check by dividing back.", "the check works."], 1)]
+    assert lines == [
+        f"Line {i}: " + rest
+        for i, rest in enumerate(
+            [
+                "there are 6 baskets.",
+                "each basket holds 7 apples.",
+                "multiply the two counts.",
+                "six sevens.",
+                "add them one basket at a time.",
+                "that gives the total.",
+                "check by dividing back.",
+                "the check works.",
+            ],
+            1,
+        )
+    ]
 
 
-@pytest.mark.parametrize("frac, n_lines", [(0.0, 0), (0.1, 0), (0.25, 2), (0.3, 2), (0.5, 4), (0.75, 6), (0.99, 7), (1.0, 8)])
+@pytest.mark.parametrize(
+    "frac, n_lines", [(0.0, 0), (0.1, 0), (0.25, 2), (0.3, 2), (0.5, 4), (0.75, 6), (0.99, 7), (1.0, 8)]
+)
 def test_cut_reasoning_keeps_floor_of_fraction_of_reasoning_lines(frac, n_lines):
     cut = cut_reasoning(SPEAKER, frac)
     kept = cut.splitlines() if cut else []
     assert len(kept) == n_lines
-    assert kept == [f"Line {i}" + kept[i - 1][len(f"Line {i}"):] for i in range(1, n_lines + 1)]
+    assert kept == [f"Line {i}" + kept[i - 1][len(f"Line {i}") :] for i in range(1, n_lines + 1)]
     assert "Final answer" not in cut and "42" not in cut and "That is all" not in cut
 
 
@@ -86,8 +101,13 @@ def test_sentence_units_for_paragraph_writers():
     para = "First we count 3 pens. Each pen holds 4 sheep! Then we add 5?\nSo the answer is 17. Done."
     # the parser reads an answer to the end of its line: "17. Done"; its sentence "So the answer is 17." goes too
     assert split_reasoning(para, "sentence") == (
-        ["First we count 3 pens.", "Each pen holds 4 sheep!", "Then we add 5?"], "17. Done")
-    assert split_reasoning(para) == (["First we count 3 pens. Each pen holds 4 sheep! Then we add 5?"], "17. Done")
+        ["First we count 3 pens.", "Each pen holds 4 sheep!", "Then we add 5?"],
+        "17. Done",
+    )
+    assert split_reasoning(para) == (
+        ["First we count 3 pens. Each pen holds 4 sheep! Then we add 5?"],
+        "17. Done",
+    )
     assert cut_reasoning(para, 0.7, unit="sentence") == "First we count 3 pens.\nEach pen holds 4 sheep!"
     assert cut_reasoning(para, 0.7) == ""  # floor(0.7 * 1 line) = 0
     with pytest.raises(ValueError, match="unit must be one of line, sentence"):
@@ -195,7 +215,8 @@ def test_listener_prompts_never_contain_the_speaker_answer():
 
 def test_balanced_reward_with_reference_in_meta_or_per_task():
     right = RemulOutcome.from_result(
-        Runtime(speaker_listeners(balanced=True, reference="42"), llm=_remul_llm()).run("q"))
+        Runtime(speaker_listeners(balanced=True, reference="42"), llm=_remul_llm()).run("q")
+    )
     assert right.correct is True and right.reward == 6.0 + 3 * 1.0
     g = speaker_listeners(balanced=True, references={"q1": "42", "q2": "41"})
     r1, r2 = Runtime(g, llm=_remul_llm()).run_many(["q1", "q2"])
@@ -290,12 +311,17 @@ def test_early_answering_skips_questions_without_reasoning():
 
 @pytest.mark.slow
 def test_speaker_listeners_runs_on_the_embedded_model(embedded_llm):
-    g = speaker_listeners((0.5,), 2, speaker_params={"max_new_tokens": 32}, listener_params={"max_new_tokens": 8})
+    g = speaker_listeners(
+        (0.5,), 2, speaker_params={"max_new_tokens": 32}, listener_params={"max_new_tokens": 8}
+    )
     res = Runtime(g, llm=embedded_llm, seed=0).run("What is 4 + 5?")
     out = RemulOutcome.from_result(res)
     assert out.n_pairs == 2 and 0 <= out.matches <= 2
     speaker = res.trace.by_sender("speaker")[0].output
     for e in res.trace:
         if e.role == "listener":
-            assert not any(ln.strip() and ln.strip() in e.prompt[-1]["content"]
-                           for ln in speaker.splitlines() if "final answer" in ln.lower())
+            assert not any(
+                ln.strip() and ln.strip() in e.prompt[-1]["content"]
+                for ln in speaker.splitlines()
+                if "final answer" in ln.lower()
+            )

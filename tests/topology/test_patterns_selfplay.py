@@ -65,7 +65,10 @@ def test_proposer_reward_adds_half_format_and_gates_on_format():
 def test_parse_proposal_plain_markdown_and_missing_parts():
     p = parse_proposal(GOOD)
     assert (p.question, p.answer, p.problems) == (
-        "Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?", "12", [])
+        "Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?",
+        "12",
+        [],
+    )
     p = parse_proposal("**Question:** How many legs do 3 cats have?\n**Answer:**\n 12.")
     assert (p.question, p.answer) == ("How many legs do 3 cats have?", "12")
     p = parse_proposal("How many legs do 3 cats have?\nAnswer: 12")
@@ -92,14 +95,20 @@ def test_answer_leaks_is_token_level():
         (GOOD, 1.0),
         ("Question: Tom has 3 boxes with 4 pens in each box. How many pens does Tom have\nAnswer: 12", 0.75),
         ("Question: Tom has 12 pens in one box. How many pens does Tom have?\nAnswer: 12", 0.0),  # leak
-        (GOOD.replace("Answer: 12", "Answer: twelve pens in all of the boxes"), (1 + 1 + 0.5 + 1) / 4),  # 7 words
+        (
+            GOOD.replace("Answer: 12", "Answer: twelve pens in all of the boxes"),
+            (1 + 1 + 0.5 + 1) / 4,
+        ),  # 7 words
         (GOOD.replace("Answer: 12", "Answer: " + " ".join(["word"] * 11)), (1 + 1 + 0 + 1) / 4),
         ("Question: How many pens?\nAnswer: 12", (1 + 1 + 1 + 0) / 4),  # 3-word question
         ("Tom has 3 boxes with 4 pens. How many pens does he have?\nAnswer: 12", 0.0),  # no Question label
         ("Question: How many pens does Tom have in all?", 0.0),  # no answer
         ("Question: How many pens does Tom have in all?\nAnswer:", 0.0),  # empty answer
         ("I like pens.", 0.0),
-        ("Question: How many pens does Tom have in all?\nAnswer: <the number only>", 0.0),  # copied placeholder
+        (
+            "Question: How many pens does Tom have in all?\nAnswer: <the number only>",
+            0.0,
+        ),  # copied placeholder
         ("Question: <the question, ending with '?'>\nAnswer: 12", 0.0),
     ],
 )
@@ -172,7 +181,9 @@ def test_solvers_never_see_the_answer():
         assert "Answer: 12" not in text and "12" not in text
         assert "Tom has 3 boxes with 4 pens in each box." in text
         assert "Write a question." not in text  # the proposer's instruction is not shown either
-    assert res.outputs["question"] == ["Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?"]
+    assert res.outputs["question"] == [
+        "Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?"
+    ]
 
 
 def test_outcome_from_grade_json_when_state_is_missing():
@@ -215,7 +226,10 @@ def test_arithmetic_check_in_outcome_and_yaml_round_trip():
     wrong = ProposerSolverOutcome.from_result(Runtime(g, llm=_scripted(prop.format(41), right="41")).run("t"))
     assert wrong.verified is False
     off = proposer_solver(2, verify=None)
-    assert ProposerSolverOutcome.from_result(Runtime(off, llm=_scripted(prop.format(42))).run("t")).verified is None
+    assert (
+        ProposerSolverOutcome.from_result(Runtime(off, llm=_scripted(prop.format(42))).run("t")).verified
+        is None
+    )
 
 
 def test_runtime_seed_derives_distinct_solver_seeds_when_solver_seed_is_none():

@@ -27,9 +27,19 @@ from societas.topology.runtime import Runtime
 from societas.topology.trace import Trace, TraceEvent
 
 
-def _ev(sender: str, rnd: int, text: str, *, role: str = "persona", kind: str = "agent", step: int | None = None) -> TraceEvent:
-    return TraceEvent(step=rnd if step is None else step, round=rnd, sender=sender, receivers=[], kind=kind, role=role,
-                      prompt=[], output=text)
+def _ev(
+    sender: str, rnd: int, text: str, *, role: str = "persona", kind: str = "agent", step: int | None = None
+) -> TraceEvent:
+    return TraceEvent(
+        step=rnd if step is None else step,
+        round=rnd,
+        sender=sender,
+        receivers=[],
+        kind=kind,
+        role=role,
+        prompt=[],
+        output=text,
+    )
 
 
 def _trace(rows: list[tuple[str, int, str]], extra: list[TraceEvent] = ()) -> Trace:
@@ -50,14 +60,18 @@ def test_default_personas_are_eight_distinct_profiles():
 
 
 def test_persona_describe_mentions_name_traits_and_expertise():
-    p = Persona("dana", {"neuroticism": "high", "openness": "low"}, "statistics", "blunt", title="a statistician")
+    p = Persona(
+        "dana", {"neuroticism": "high", "openness": "low"}, "statistics", "blunt", title="a statistician"
+    )
     text = p.describe()
     assert text.startswith("Your name is dana; you are a statistician.")
     # traits come out in Big Five order whatever the input order
     assert "Personality: low openness, high neuroticism." in text
     assert "Expertise: statistics." in text and "Style: blunt." in text
     assert list(p.traits) == ["openness", "neuroticism"]
-    same = Persona("dana", {"openness": "low", "neuroticism": "high"}, "statistics", "blunt", title="a statistician")
+    same = Persona(
+        "dana", {"openness": "low", "neuroticism": "high"}, "statistics", "blunt", title="a statistician"
+    )
     assert same == p and len({p, same, DEFAULT_PERSONAS[0]}) == 2  # hashable, order-insensitive traits
 
 
@@ -86,7 +100,9 @@ def test_society_graph_structure():
     assert g.spec.rounds == 3
     assert g.final == "aggregator"
     # fully connected with self-loops, plus one edge per persona to the aggregator
-    assert set(g.edges) == {(a, b) for a in personas for b in personas} | {(a, "aggregator") for a in personas}
+    assert set(g.edges) == {(a, b) for a in personas for b in personas} | {
+        (a, "aggregator") for a in personas
+    }
     assert len(g.edges) == 4 * 4 + 4
     metas = [g.node(n).meta for n in personas]
     assert [m["persona_name"] for m in metas] == personas
@@ -146,7 +162,10 @@ def test_society_runtime_batches_personas_and_shows_previous_round():
     assert llm.batch_sizes == [4, 4, 1]
     personas = [p.name for p in DEFAULT_PERSONAS[:4]]
     for p in personas:
-        assert res.outputs[p] == [f"I am {p}; saw 0 messages. Final answer: 0", f"I am {p}; saw 4 messages. Final answer: 4"]
+        assert res.outputs[p] == [
+            f"I am {p}; saw 0 messages. Final answer: 0",
+            f"I am {p}; saw 4 messages. Final answer: 4",
+        ]
     by_round = {(e.sender, e.round): e for e in res.trace if e.kind == "agent"}
     for p in personas:
         ev1 = by_round[(p, 1)]
@@ -171,10 +190,22 @@ HAND_TRACE = [
     # round 0
     ("statistician", 0, "The total is 12 apples. How did you count the baskets?\nFinal answer: 12"),
     ("physicist", 0, "I think the total is 15. Alternatively, we could count by rows.\nFinal answer: 15"),
-    ("teacher", 0, "Let us look at it from a teacher's perspective. What is the price of one apple?\nFinal answer: 12"),
+    (
+        "teacher",
+        0,
+        "Let us look at it from a teacher's perspective. What is the price of one apple?\nFinal answer: 12",
+    ),
     # round 1
-    ("statistician", 1, "I disagree with physicist, 15 is wrong. One apple has a price of 2 dollars.\nFinal answer: 12"),
-    ("physicist", 1, "Good point, statistician, you are right. Statistician, I counted the baskets by rows, so I was wrong.\nFinal answer: 12"),
+    (
+        "statistician",
+        1,
+        "I disagree with physicist, 15 is wrong. One apple has a price of 2 dollars.\nFinal answer: 12",
+    ),
+    (
+        "physicist",
+        1,
+        "Good point, statistician, you are right. Statistician, I counted the baskets by rows, so I was wrong.\nFinal answer: 12",
+    ),
     ("teacher", 1, "The price of one apple is 2 dollars. I agree with the statistician.\nFinal answer: 12"),
     # round 2
     ("statistician", 2, "What is the price of one basket?\nFinal answer: 12"),
@@ -184,8 +215,10 @@ HAND_TRACE = [
 
 
 def test_lexical_classifier_matches_hand_counts():
-    extra = [_ev("aggregator", 0, "I disagree. What? Alternatively.", role="aggregator", step=3),
-             _ev("grade", 0, "wrong, I disagree", role=None, kind="function", step=3)]
+    extra = [
+        _ev("aggregator", 0, "I disagree. What? Alternatively.", role="aggregator", step=3),
+        _ev("grade", 0, "wrong, I disagree", role=None, kind="function", step=3),
+    ]
     trace = _trace(HAND_TRACE, extra)
     res = LexicalBehaviourClassifier().classify(trace)
     # Hand count:
@@ -203,8 +236,18 @@ def test_lexical_classifier_matches_hand_counts():
     assert res.counts == {"question_answering": 2, "perspective_shift": 3, "conflict": 1, "reconciliation": 2}
     assert res.total == 8 and res.n_messages == 9 and res.errors == []
     per = {(e.sender, e.round): e.counts for e in res.events}
-    assert per[("physicist", 1)] == {"question_answering": 1, "perspective_shift": 0, "conflict": 0, "reconciliation": 1}
-    assert per[("statistician", 1)] == {"question_answering": 1, "perspective_shift": 0, "conflict": 1, "reconciliation": 0}
+    assert per[("physicist", 1)] == {
+        "question_answering": 1,
+        "perspective_shift": 0,
+        "conflict": 0,
+        "reconciliation": 1,
+    }
+    assert per[("statistician", 1)] == {
+        "question_answering": 1,
+        "perspective_shift": 0,
+        "conflict": 1,
+        "reconciliation": 0,
+    }
     assert per[("physicist", 2)]["reconciliation"] == 1
     assert per[("teacher", 1)] == {b: 0 for b in BEHAVIOURS}
     pairs = [(q.asker, q.replier, q.via) for q in res.qa_pairs]
@@ -216,12 +259,14 @@ def test_lexical_classifier_matches_hand_counts():
 
 
 def test_lexical_agreement_after_disagreement_and_negations():
-    trace = _trace([
-        ("a", 0, "The answer is 5."),
-        ("b", 0, "I don't agree, it is 6."),
-        ("a", 1, "You are right, it is 6."),
-        ("b", 1, "Which is right? Good point."),  # question sentence never counts as agreement
-    ])
+    trace = _trace(
+        [
+            ("a", 0, "The answer is 5."),
+            ("b", 0, "I don't agree, it is 6."),
+            ("a", 1, "You are right, it is 6."),
+            ("b", 1, "Which is right? Good point."),  # question sentence never counts as agreement
+        ]
+    )
     res = LexicalBehaviourClassifier(roles=None).classify(trace)
     assert res.counts == {"question_answering": 0, "perspective_shift": 0, "conflict": 1, "reconciliation": 2}
     per = {(e.sender, e.round): e.counts["reconciliation"] for e in res.events}
@@ -253,14 +298,27 @@ def test_lexical_overlap_threshold_and_aliases():
 
 def test_lexical_cues_are_replaceable():
     trace = _trace([("a", 0, "Let me flip it around. Nope.")])
-    clf = LexicalBehaviourClassifier(cues={"perspective_shift": [r"\bflip it around\b"], "conflict": [r"\bnope\b"]})
-    assert clf.classify(trace).counts == {"question_answering": 0, "perspective_shift": 1, "conflict": 1, "reconciliation": 0}
+    clf = LexicalBehaviourClassifier(
+        cues={"perspective_shift": [r"\bflip it around\b"], "conflict": [r"\bnope\b"]}
+    )
+    assert clf.classify(trace).counts == {
+        "question_answering": 0,
+        "perspective_shift": 1,
+        "conflict": 1,
+        "reconciliation": 0,
+    }
     with pytest.raises(ValueError, match="unknown cue list"):
         LexicalBehaviourClassifier(cues={"sarcasm": []})
 
 
 def test_split_sentences():
-    assert split_sentences("One. Two? Three!\n- four\n1. five\n\n") == ["One.", "Two?", "Three!", "four", "five"]
+    assert split_sentences("One. Two? Three!\n- four\n1. five\n\n") == [
+        "One.",
+        "Two?",
+        "Three!",
+        "four",
+        "five",
+    ]
     assert split_sentences("Pi is 3.14 exactly.") == ["Pi is 3.14 exactly."]
 
 
@@ -278,9 +336,18 @@ def test_count_behaviours_default_and_protocol():
 
 
 def test_parse_behaviour_labels_variants_and_errors():
-    ok, err = parse_behaviour_labels("question answering: 2\nPerspective-Shift = yes\n**conflict**: 0\n- reconciliation: no")
-    assert err is None and ok == {"question_answering": 2, "perspective_shift": 1, "conflict": 0, "reconciliation": 0}
-    bad, err = parse_behaviour_labels("conflict: 1\nconflict: 2\nquestion_answering: 0\nperspective_shift: 0\nreconciliation: 0")
+    ok, err = parse_behaviour_labels(
+        "question answering: 2\nPerspective-Shift = yes\n**conflict**: 0\n- reconciliation: no"
+    )
+    assert err is None and ok == {
+        "question_answering": 2,
+        "perspective_shift": 1,
+        "conflict": 0,
+        "reconciliation": 0,
+    }
+    bad, err = parse_behaviour_labels(
+        "conflict: 1\nconflict: 2\nquestion_answering: 0\nperspective_shift: 0\nreconciliation: 0"
+    )
     assert bad is None and "conflict given twice" in err
     bad, err = parse_behaviour_labels("I think there is some conflict here.")
     assert bad is None and err.startswith("missing question_answering")

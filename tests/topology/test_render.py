@@ -17,7 +17,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def _chain() -> Graph:
     return Graph.build(
         "chain",
-        [{"id": "plan", "role": "planner"}, {"id": "code", "role": "coder"}, {"id": "test", "role": "tester"}],
+        [
+            {"id": "plan", "role": "planner"},
+            {"id": "code", "role": "coder"},
+            {"id": "test", "role": "tester"},
+        ],
         [("plan", "code"), ("code", "test")],
     )
 
@@ -39,7 +43,9 @@ def _debate() -> Graph:
     )  # fmt: skip
 
 
-def _event(sender: str, receivers: list[str], tokens: int, step: int = 0, role: str | None = "solver") -> TraceEvent:
+def _event(
+    sender: str, receivers: list[str], tokens: int, step: int = 0, role: str | None = "solver"
+) -> TraceEvent:
     return TraceEvent(
         step=step, round=0, sender=sender, receivers=receivers, kind="agent", role=role, prompt=[], output="x",
         completion_tokens=tokens,
@@ -76,7 +82,13 @@ def test_graph_mermaid_nodes_edges_shapes_and_final():
     assert '    alice["alice<br/>solver"]' in lines
     assert '    check[["check<br/>function"]]' in lines  # function: subroutine shape
     assert '    search{{"search<br/>tool"}}' in lines  # tool: hexagon
-    for edge in ["alice --> bob", "bob --> alice", "bob -->|votes| judge", "judge --> check", "check --> check"]:
+    for edge in [
+        "alice --> bob",
+        "bob --> alice",
+        "bob -->|votes| judge",
+        "judge --> check",
+        "check --> check",
+    ]:
         assert f"    {edge}" in lines
     assert "    class judge final" in lines
     assert graph_to_mermaid(_chain(), direction="LR").startswith("flowchart LR\n")

@@ -19,7 +19,11 @@ def _name_llm():
 
     def fn(messages):
         user = messages[-1]["content"]
-        senders = [line[len("### Message from "):] for line in user.splitlines() if line.startswith("### Message from ")]
+        senders = [
+            line[len("### Message from ") :]
+            for line in user.splitlines()
+            if line.startswith("### Message from ")
+        ]
         return "saw[" + ",".join(senders) + "]"
 
     return FunctionLLM(fn)
@@ -39,8 +43,11 @@ def test_layered_dag_runs_one_superstep_per_layer_with_one_call_each():
 
 def test_nodes_of_one_step_do_not_see_each_other():
     # a -> c, b -> c (no edge between a and b): a and b run together; c sees both.
-    g = Graph.build("v", [{"id": "a", "role": "solver"}, {"id": "b", "role": "solver"}, {"id": "c", "role": "aggregator"}],
-                    [("a", "c"), ("b", "c")])
+    g = Graph.build(
+        "v",
+        [{"id": "a", "role": "solver"}, {"id": "b", "role": "solver"}, {"id": "c", "role": "aggregator"}],
+        [("a", "c"), ("b", "c")],
+    )
     res = Runtime(g, llm=_name_llm()).run("t")
     assert res.outputs["a"] == ["saw[]"] and res.outputs["b"] == ["saw[]"]
     assert res.output == "saw[a,b]"
@@ -54,7 +61,10 @@ def test_debate_rounds_previous_round_visibility_and_receivers():
     outs = res.outputs["debater_1"]
     assert len(outs) == 3
     assert outs[0] == "saw[]"  # round 0 sees nothing from its own component
-    assert outs[1] == "saw[debater_1 (your previous answer),debater_2 (previous round),debater_3 (previous round)]"
+    assert (
+        outs[1]
+        == "saw[debater_1 (your previous answer),debater_2 (previous round),debater_3 (previous round)]"
+    )
     ev = [e for e in res.trace if e.sender == "debater_2"]
     assert ev[0].receivers == ["debater_1", "debater_2", "debater_3"]
     assert ev[-1].receivers == ["judge"]  # only the last round reaches the judge
@@ -75,7 +85,8 @@ def test_run_many_batches_across_tasks_and_keeps_them_apart():
 def test_llms_are_grouped_per_object():
     a, b = _name_llm(), _name_llm()
     g = Graph.build(
-        "two", [{"id": f"n{i}", "role": "solver", "llm": "big" if i % 2 else "small"} for i in range(4)],
+        "two",
+        [{"id": f"n{i}", "role": "solver", "llm": "big" if i % 2 else "small"} for i in range(4)],
         llms={"big": "embedded", "small": "embedded"},
     )
     Runtime(g, llms={"big": a, "small": b}).run("t")
@@ -110,7 +121,11 @@ def test_function_and_tool_nodes_and_state():
         ctx.state["seen"] = ctx.inputs["a"]
         return ctx.inputs["a"].upper()
 
-    g = Graph.build("f", [{"id": "a", "role": "solver"}, {"id": "up", "kind": "function", "function": "upper"}], [("a", "up")])
+    g = Graph.build(
+        "f",
+        [{"id": "a", "role": "solver"}, {"id": "up", "kind": "function", "function": "upper"}],
+        [("a", "up")],
+    )
     res = Runtime(g, llm=FunctionLLM(lambda m: "hello"), functions={"upper": upper}).run("t")
     assert res.output == "HELLO" and res.state["seen"] == "hello"
     assert calls == [("up", {"a": "hello"}, 0)]
@@ -158,8 +173,13 @@ def test_seed_gives_distinct_reproducible_per_node_seeds():
 def test_per_node_params_travel_in_one_batch():
     seen = []
     llm = FunctionLLM(lambda m, p: (seen.append(p.max_new_tokens), "x")[1])
-    g = Graph.build("p", [{"id": "a", "role": "solver", "params": {"max_new_tokens": 5}},
-                          {"id": "b", "role": "solver", "params": {"max_new_tokens": 9, "temperature": 0.0}}])
+    g = Graph.build(
+        "p",
+        [
+            {"id": "a", "role": "solver", "params": {"max_new_tokens": 5}},
+            {"id": "b", "role": "solver", "params": {"max_new_tokens": 9, "temperature": 0.0}},
+        ],
+    )
     Runtime(g, llm=llm).run("t")
     assert llm.batch_sizes == [2] and sorted(seen) == [5, 9]
 

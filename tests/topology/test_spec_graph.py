@@ -112,12 +112,24 @@ def test_files_by_suffix(tmp_path: Path):
     "text, path, fragment",
     [
         ("nodes: [{id: a, kind: agnt}]", "nodes[0].kind", "'agent', 'function' or 'tool'"),
-        ("nodes: [{id: a, role: solver}, {id: b, rol: solver}]", "nodes[1].rol", "unknown field (allowed: id, kind"),
+        (
+            "nodes: [{id: a, role: solver}, {id: b, rol: solver}]",
+            "nodes[1].rol",
+            "unknown field (allowed: id, kind",
+        ),
         ("nodes: [{id: 'a b', role: solver}]", "nodes[0].id", "invalid node id 'a b'"),
         ("nodes: [{id: a, params: {n: 2}}]", "nodes[0].params.n", "unknown sampling parameter"),
-        ("nodes: [{id: a, params: {temperature: -1}}]", "nodes[0].params.temperature", "greater than or equal to 0"),
+        (
+            "nodes: [{id: a, params: {temperature: -1}}]",
+            "nodes[0].params.temperature",
+            "greater than or equal to 0",
+        ),
         ("nodes: [{id: a, params: {top_p: 2}}]", "nodes[0].params.top_p", "less than or equal to 1"),
-        ("nodes: [{id: a, template: 'Do {thing}'}]", "nodes[0].template", "unknown template placeholder {thing}"),
+        (
+            "nodes: [{id: a, template: 'Do {thing}'}]",
+            "nodes[0].template",
+            "unknown template placeholder {thing}",
+        ),
         ("nodes: [{id: a, template: 'unbalanced {'}]", "nodes[0].template", "invalid template"),
         ("nodes: [{id: a, kind: function, function: 'not a ref!'}]", "nodes[0].function", "invalid function"),
         ("nodes: [{id: a}]\nedges: ['a -> b -> c']", "edges[0]", "must look like 'a -> b'"),

@@ -191,7 +191,9 @@ def cut_node(ctx: Any) -> str:
     min_lines = int(ctx.meta.get("min_lines", 0))
     unit = str(ctx.meta.get("unit", "line"))
     if len(ctx.inputs) != 1:
-        raise ValueError(f"cut node {ctx.node!r} expects exactly one input (the speaker), got {list(ctx.inputs)}")
+        raise ValueError(
+            f"cut node {ctx.node!r} expects exactly one input (the speaker), got {list(ctx.inputs)}"
+        )
     text = next(iter(ctx.inputs.values()))
     lines, answer = split_reasoning(text, unit)
     n = _n_kept(frac, len(lines), min_lines)
@@ -245,7 +247,9 @@ def agreement_node(ctx: Any) -> str:
     """
     st = ctx.state.get(STATE_KEY)
     if not st or "speaker_answer" not in st:
-        raise ValueError("agreement node ran before any cut node: wire speaker -> cut -> listeners -> agreement")
+        raise ValueError(
+            "agreement node ran before any cut node: wire speaker -> cut -> listeners -> agreement"
+        )
     listeners: Mapping[str, str] = ctx.meta.get("listeners") or {}
     cut_fracs: Mapping[str, float] = ctx.meta.get("cuts") or {}
     unknown = [s for s in ctx.inputs if s not in listeners]
@@ -288,7 +292,8 @@ def agreement_node(ctx: Any) -> str:
         "matches": matches,
         "n_pairs": len(all_answers),
         "agreement_by_cut": {
-            repr(r["frac"]): (sum(r["matches"]) / len(r["matches"]) if r["matches"] else 0.0) for r in per_cut.values()
+            repr(r["frac"]): (sum(r["matches"]) / len(r["matches"]) if r["matches"] else 0.0)
+            for r in per_cut.values()
         },
         "reward": reward,
     }
@@ -367,7 +372,9 @@ def speaker_listeners(
     s_params = {"temperature": 0.7, "max_new_tokens": 256, **(speaker_params or {})}
     l_params = {"temperature": 0.9, "max_new_tokens": 128, **(listener_params or {})}
     nodes = [
-        NodeSpec(id="speaker", kind="agent", role="speaker", llm=s_llm, params=s_params, template=SPEAKER_TEMPLATE)
+        NodeSpec(
+            id="speaker", kind="agent", role="speaker", llm=s_llm, params=s_params, template=SPEAKER_TEMPLATE
+        )
     ]
     edges: list[tuple[str, str]] = []
     listener_of: dict[str, str] = {}
@@ -375,14 +382,29 @@ def speaker_listeners(
     for frac, label in zip(fracs, labels, strict=True):
         cid = f"cut_{label}"
         cut_fracs[cid] = frac
-        nodes.append(NodeSpec(id=cid, kind="function", function="societas.topology.patterns.remul:cut_node",
-                              meta={"frac": frac, "min_lines": min_lines, "unit": unit}))
+        nodes.append(
+            NodeSpec(
+                id=cid,
+                kind="function",
+                function="societas.topology.patterns.remul:cut_node",
+                meta={"frac": frac, "min_lines": min_lines, "unit": unit},
+            )
+        )
         edges.append(("speaker", cid))
         for j in range(n_listeners):
             lid = f"listener_{label}_{j + 1}"
             listener_of[lid] = cid
-            nodes.append(NodeSpec(id=lid, kind="agent", role="listener", llm=l_llms[j], params=dict(l_params),
-                                  template=LISTENER_TEMPLATE, meta={"cut": cid, "frac": frac, "listener": j}))
+            nodes.append(
+                NodeSpec(
+                    id=lid,
+                    kind="agent",
+                    role="listener",
+                    llm=l_llms[j],
+                    params=dict(l_params),
+                    template=LISTENER_TEMPLATE,
+                    meta={"cut": cid, "frac": frac, "listener": j},
+                )
+            )
             edges += [(cid, lid), (lid, "agreement")]
     meta: dict[str, Any] = {
         "listeners": listener_of,
@@ -393,8 +415,14 @@ def speaker_listeners(
         meta["reference"] = str(reference)
     if references:
         meta["references"] = {str(k): str(v) for k, v in references.items()}
-    nodes.append(NodeSpec(id="agreement", kind="function", function="societas.topology.patterns.remul:agreement_node",
-                          meta=meta))
+    nodes.append(
+        NodeSpec(
+            id="agreement",
+            kind="function",
+            function="societas.topology.patterns.remul:agreement_node",
+            meta=meta,
+        )
+    )
     return Graph.build(name, nodes, edges, final="agreement", llms=_spec_llms([s_llm, *l_llms], llms))
 
 
@@ -431,7 +459,9 @@ class RemulOutcome:
             agreements = (getattr(result, "outputs", None) or {}).get("agreement") or [None]
             text = agreements[-1] or getattr(result, "output", None)
             if not text:
-                raise ValueError("the run has no agreement result (did it stop early, or is this not a REMUL run?)")
+                raise ValueError(
+                    "the run has no agreement result (did it stop early, or is this not a REMUL run?)"
+                )
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
@@ -560,8 +590,15 @@ def early_answering_curve(
     if not cuts:
         raise ValueError("no fraction below 1.0 to cut at")
     graph = speaker_listeners(
-        cuts, 1, speaker_llm="speaker", listener_llm="listener", speaker_params=speaker_params,
-        listener_params=listener_params, min_lines=min_lines, unit=unit, name="early_answering",
+        cuts,
+        1,
+        speaker_llm="speaker",
+        listener_llm="listener",
+        speaker_params=speaker_params,
+        listener_params=listener_params,
+        min_lines=min_lines,
+        unit=unit,
+        name="early_answering",
     )
     runtime = Runtime(graph, llms={"speaker": llm, "listener": listener_llm or llm}, seed=seed)
     results = runtime.run_many(qs)
@@ -571,10 +608,19 @@ def early_answering_curve(
     for i, res in enumerate(results):
         out = RemulOutcome.from_result(res)
         target = refs[i] if refs is not None else out.speaker_answer
-        preds = {f: (out.speaker_answer if f not in out.listener_answers else out.listener_answers[f][0]) for f in fr}
+        preds = {
+            f: (out.speaker_answer if f not in out.listener_answers else out.listener_answers[f][0])
+            for f in fr
+        }
         ok = bool(out.reasoning_lines) and bool(target)
-        row = {"question": qs[i], "speaker_answer": out.speaker_answer, "target": target,
-               "reasoning_lines": out.reasoning_lines, "predictions": preds, "used": ok}
+        row = {
+            "question": qs[i],
+            "speaker_answer": out.speaker_answer,
+            "target": target,
+            "reasoning_lines": out.reasoning_lines,
+            "predictions": preds,
+            "used": ok,
+        }
         if ok:
             used += 1
             for f in fr:

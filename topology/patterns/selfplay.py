@@ -83,9 +83,7 @@ STATE_KEY = "proposer_solver"
 QUESTION_WORDS = (4, 100)
 """Inclusive bounds on a well-formed question's length in words."""
 
-SOLVER_TEMPLATE = (
-    "Solve the following question.{inputs}\n\nThink step by step, then write the last line as 'Final answer: <answer>'."
-)
+SOLVER_TEMPLATE = "Solve the following question.{inputs}\n\nThink step by step, then write the last line as 'Final answer: <answer>'."
 """Solvers' user prompt: the question only (the proposer's instructions are not shown)."""
 
 
@@ -95,7 +93,9 @@ SOLVER_TEMPLATE = (
 
 _MARK = r"[*_#`>\s]*"
 _Q_MARK = re.compile(_MARK + r"question\s*\d*\s*[*_`]*\s*[:：]\s*[*_`]*", re.IGNORECASE)
-_A_MARK = re.compile(r"(?:^|(?<=\s)|(?<=[*_#`>]))" + r"(?:final\s+)?answer\s*[*_`]*\s*[:：]\s*[*_`]*", re.IGNORECASE)
+_A_MARK = re.compile(
+    r"(?:^|(?<=\s)|(?<=[*_#`>]))" + r"(?:final\s+)?answer\s*[*_`]*\s*[:：]\s*[*_`]*", re.IGNORECASE
+)
 
 
 _PLACEHOLDER = re.compile(r"<\s*the\b", re.IGNORECASE)  # "<the question ...>", "<the number only>"
@@ -142,7 +142,7 @@ def parse_proposal(text: str) -> Proposal:
     a_hits = list(_A_MARK.finditer(raw))
     if not a_hits:
         q_hits = list(_Q_MARK.finditer(raw))
-        question = raw[q_hits[-1].end():].strip() if q_hits else None
+        question = raw[q_hits[-1].end() :].strip() if q_hits else None
         if not q_hits:
             problems.append("no 'Question:' label")
         problems.append("no 'Answer:' label")
@@ -150,13 +150,13 @@ def parse_proposal(text: str) -> Proposal:
     if len(a_hits) > 1:
         problems.append(f"{len(a_hits)} 'Answer:' labels; used the last")
     a = a_hits[-1]
-    after = raw[a.end():]
+    after = raw[a.end() :]
     answer_line = next((ln for ln in after.splitlines() if ln.strip()), "")
     answer = _clean_answer(answer_line)
     before = raw[: a.start()]
     q_hits = list(_Q_MARK.finditer(before))
     if q_hits:
-        question = before[q_hits[-1].end():].strip()
+        question = before[q_hits[-1].end() :].strip()
     else:
         question = before.strip()
         problems.append("no 'Question:' label")
@@ -333,7 +333,9 @@ def grade_node(ctx: Any) -> str:
     """
     st = ctx.state.get(STATE_KEY)
     if st is None or "format_score" not in st:
-        raise ValueError("grade node ran before the question node: wire proposer -> question -> solvers -> grade")
+        raise ValueError(
+            "grade node ran before the question node: wire proposer -> question -> solvers -> grade"
+        )
     if not ctx.inputs:
         raise ValueError("grade node has no solver inputs")
     answer = st.get("answer")
@@ -423,7 +425,9 @@ def proposer_solver(
     :func:`verify_arithmetic`'s check to the summary.
     """
     if isinstance(n_solvers, bool) or not isinstance(n_solvers, int) or n_solvers < 2:
-        raise ValueError(f"proposer_solver needs n_solvers >= 2 (difficulty compares attempts), got {n_solvers!r}")
+        raise ValueError(
+            f"proposer_solver needs n_solvers >= 2 (difficulty compares attempts), got {n_solvers!r}"
+        )
     if verify not in (None, "arithmetic"):
         raise ValueError(f"verify must be None or 'arithmetic', got {verify!r}")
     p_llm = proposer_llm or llm
@@ -431,10 +435,14 @@ def proposer_solver(
     p_params = {"temperature": 0.9, "max_new_tokens": 128, **(proposer_params or {})}
     s_params = {"temperature": 0.8, "max_new_tokens": 256, **(solver_params or {})}
     if s_params.get("temperature", 0.7) == 0:
-        log.warning("solver temperature 0: the %d attempts will agree, so k is 0 or n and the difficulty 0", n_solvers)
+        log.warning(
+            "solver temperature 0: the %d attempts will agree, so k is 0 or n and the difficulty 0", n_solvers
+        )
     nodes = [
         NodeSpec(id="proposer", kind="agent", role="proposer", llm=p_llm, params=p_params),
-        NodeSpec(id="question", kind="function", function="societas.topology.patterns.selfplay:question_node"),
+        NodeSpec(
+            id="question", kind="function", function="societas.topology.patterns.selfplay:question_node"
+        ),
     ]
     solvers = [f"solver_{i + 1}" for i in range(n_solvers)]
     for i, sid in enumerate(solvers):
@@ -442,14 +450,27 @@ def proposer_solver(
         if solver_seed is not None:
             params["seed"] = solver_seed + i
         nodes.append(
-            NodeSpec(id=sid, kind="agent", role="solver", llm=s_llm, params=params, template=SOLVER_TEMPLATE,
-                     meta={"seed_offset": i})
+            NodeSpec(
+                id=sid,
+                kind="agent",
+                role="solver",
+                llm=s_llm,
+                params=params,
+                template=SOLVER_TEMPLATE,
+                meta={"seed_offset": i},
+            )
         )
     grade_meta: dict[str, Any] = {"format_weight": format_weight}
     if verify:
         grade_meta["verify"] = verify
-    nodes.append(NodeSpec(id="grade", kind="function", function="societas.topology.patterns.selfplay:grade_node",
-                          meta=grade_meta))
+    nodes.append(
+        NodeSpec(
+            id="grade",
+            kind="function",
+            function="societas.topology.patterns.selfplay:grade_node",
+            meta=grade_meta,
+        )
+    )
     edges = [("proposer", "question")] + [("question", s) for s in solvers] + [(s, "grade") for s in solvers]
     return Graph.build(name, nodes, edges, final="grade", llms=_spec_llms({p_llm, s_llm}, llms))
 
@@ -517,9 +538,18 @@ class ProposerSolverOutcome:
 # ---------------------------------------------------------------------------
 
 _TOPICS = (
-    "apples at a market", "books on shelves", "a bakery's muffins", "marbles in jars", "a school trip bus",
-    "coins in a piggy bank", "a garden's flower beds", "a train's passengers", "pencils in boxes",
-    "a farmer's chickens and eggs", "a library's visitors", "tickets for a concert",
+    "apples at a market",
+    "books on shelves",
+    "a bakery's muffins",
+    "marbles in jars",
+    "a school trip bus",
+    "coins in a piggy bank",
+    "a garden's flower beds",
+    "a train's passengers",
+    "pencils in boxes",
+    "a farmer's chickens and eggs",
+    "a library's visitors",
+    "tickets for a concert",
 )
 _OPERATIONS = (
     "one addition and one subtraction",

@@ -105,10 +105,14 @@ class Persona:
                 "then letters, digits, '_', '.' or '-'"
             )
         if not isinstance(self.traits, Mapping):
-            raise TypeError(f"persona {self.name!r}: traits must be a mapping, got {type(self.traits).__name__}")
+            raise TypeError(
+                f"persona {self.name!r}: traits must be a mapping, got {type(self.traits).__name__}"
+            )
         for trait, level in self.traits.items():
             if trait not in BIG_FIVE:
-                raise ValueError(f"persona {self.name!r}: unknown trait {trait!r} (known: {', '.join(BIG_FIVE)})")
+                raise ValueError(
+                    f"persona {self.name!r}: unknown trait {trait!r} (known: {', '.join(BIG_FIVE)})"
+                )
             if level not in TRAIT_LEVELS:
                 raise ValueError(
                     f"persona {self.name!r}: trait {trait!r} has level {level!r} (allowed: {', '.join(TRAIT_LEVELS)})"
@@ -138,8 +142,13 @@ class Persona:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "traits": dict(self.traits),
-                "expertise": self.expertise, "style": self.style}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "traits": dict(self.traits),
+            "expertise": self.expertise,
+            "style": self.style,
+        }
 
 
 def _traits(o: str, c: str, e: str, a: str, n: str) -> dict[str, str]:
@@ -148,49 +157,57 @@ def _traits(o: str, c: str, e: str, a: str, n: str) -> dict[str, str]:
 
 DEFAULT_PERSONAS: tuple[Persona, ...] = (
     Persona(
-        "statistician", _traits("medium", "high", "low", "low", "medium"),
+        "statistician",
+        _traits("medium", "high", "low", "low", "medium"),
         "statistics, probability and checking numbers",
         "asks for evidence, recomputes every number and says plainly when a claim is wrong",
         "a sceptical statistician",
     ),
     Persona(
-        "physicist", _traits("high", "low", "high", "medium", "low"),
+        "physicist",
+        _traits("high", "low", "high", "medium", "low"),
         "physics, estimation and orders of magnitude",
         "gives a quick first answer and reasons by analogy",
         "an intuitive physicist",
     ),
     Persona(
-        "accountant", _traits("low", "high", "low", "medium", "medium"),
+        "accountant",
+        _traits("low", "high", "low", "medium", "medium"),
         "bookkeeping and exact arithmetic",
         "works line by line, writes every intermediate total and trusts only what adds up",
         "a careful accountant",
     ),
     Persona(
-        "philosopher", _traits("high", "medium", "high", "low", "medium"),
+        "philosopher",
+        _traits("high", "medium", "high", "low", "medium"),
         "logic, definitions and hidden assumptions",
         "argues the opposite of the group to test it and asks what the question really means",
         "a contrarian philosopher",
     ),
     Persona(
-        "teacher", _traits("medium", "medium", "high", "high", "low"),
+        "teacher",
+        _traits("medium", "medium", "high", "high", "low"),
         "explaining ideas simply",
         "restates the problem in small steps, answers the others' questions and seeks agreement",
         "an agreeable teacher",
     ),
     Persona(
-        "engineer", _traits("medium", "high", "medium", "medium", "low"),
+        "engineer",
+        _traits("medium", "high", "medium", "medium", "low"),
         "practical problem solving and sanity checks",
         "proposes the simplest method that works and tests it on an example",
         "a pragmatic engineer",
     ),
     Persona(
-        "checker", _traits("low", "high", "low", "high", "high"),
+        "checker",
+        _traits("low", "high", "low", "high", "high"),
         "finding mistakes and edge cases",
         "worries about errors, double-checks each step and asks the others to confirm",
         "an anxious checker",
     ),
     Persona(
-        "writer", _traits("high", "low", "medium", "high", "medium"),
+        "writer",
+        _traits("high", "low", "medium", "high", "medium"),
         "stories, analogies and creative reframing",
         "retells the problem as a story and looks at it from an unusual angle",
         "a creative writer",
@@ -227,10 +244,14 @@ def _resolve_personas(n_personas: int | None, personas: Sequence[Persona | str] 
     for i, p in enumerate(personas):
         if isinstance(p, str):
             if p not in _DEFAULT_BY_NAME:
-                raise ValueError(f"personas[{i}]: unknown persona {p!r} (defaults: {', '.join(_DEFAULT_BY_NAME)})")
+                raise ValueError(
+                    f"personas[{i}]: unknown persona {p!r} (defaults: {', '.join(_DEFAULT_BY_NAME)})"
+                )
             p = _DEFAULT_BY_NAME[p]
         elif not isinstance(p, Persona):
-            raise TypeError(f"personas[{i}] must be a Persona or a default persona's name, got {type(p).__name__}")
+            raise TypeError(
+                f"personas[{i}] must be a Persona or a default persona's name, got {type(p).__name__}"
+            )
         out.append(p)
     if len(out) < 2:
         raise ValueError("a society needs at least two personas")
@@ -404,8 +425,13 @@ class BehaviourCounts:
     ) -> BehaviourCounts:
         """Totals summed over ``events`` (messages with an error contribute nothing)."""
         totals = {b: sum(e.counts.get(b, 0) for e in events if e.error is None) for b in BEHAVIOURS}
-        return cls(**totals, events=events, qa_pairs=list(qa_pairs or []), errors=list(errors or []),
-                   classifier=classifier)
+        return cls(
+            **totals,
+            events=events,
+            qa_pairs=list(qa_pairs or []),
+            errors=list(errors or []),
+            classifier=classifier,
+        )
 
 
 @runtime_checkable
@@ -420,9 +446,7 @@ def _select_messages(trace: Trace, roles: Sequence[str] | None) -> list[tuple[in
     if not isinstance(trace, Trace):
         raise TypeError(f"expected a Trace, got {type(trace).__name__}")
     picked = [
-        (i, e)
-        for i, e in enumerate(trace.events)
-        if e.kind == "agent" and (roles is None or e.role in roles)
+        (i, e) for i, e in enumerate(trace.events) if e.kind == "agent" and (roles is None or e.role in roles)
     ]
     return sorted(picked, key=lambda x: (x[1].round, x[0]))
 
@@ -627,9 +651,13 @@ class LexicalBehaviourClassifier:
 
     # -- helpers -------------------------------------------------------------
     def _names_of(self, sender: str) -> list[re.Pattern[str]]:
-        names = {sender, sender.replace("_", " "), sender.replace("-", " ")} | set(self.aliases.get(sender, ()))
+        names = {sender, sender.replace("_", " "), sender.replace("-", " ")} | set(
+            self.aliases.get(sender, ())
+        )
         return [
-            re.compile(r"(?<![A-Za-z0-9_])" + re.escape(n) + r"(?![A-Za-z0-9_])", re.IGNORECASE) for n in names if n
+            re.compile(r"(?<![A-Za-z0-9_])" + re.escape(n) + r"(?![A-Za-z0-9_])", re.IGNORECASE)
+            for n in names
+            if n
         ]
 
     def _needed_overlap(self, question_words: set[str]) -> int:
@@ -705,7 +733,9 @@ class LexicalBehaviourClassifier:
                     if found is None:
                         continue
                     answer, via = found
-                    pairs.append(QAPair(m.index, reply.index, m.event.sender, reply.event.sender, q, answer, via))
+                    pairs.append(
+                        QAPair(m.index, reply.index, m.event.sender, reply.event.sender, q, answer, via)
+                    )
                     reply.labels.counts["question_answering"] += 1
                     reply.labels.evidence.append(("question_answering", f"{q} -> {answer}"))
                     break
@@ -822,7 +852,10 @@ class LLMBehaviourClassifier:
             parts.append("")
         parts.append(f"Message to label (from {ev.sender}):")
         parts.append(_clip(ev.output, self.message_chars))
-        return [{"role": "system", "content": LLM_CLASSIFIER_SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
+        return [
+            {"role": "system", "content": LLM_CLASSIFIER_SYSTEM},
+            {"role": "user", "content": "\n".join(parts)},
+        ]
 
     def classify(self, trace: Trace) -> BehaviourCounts:
         return self.classify_many([trace])[0]
@@ -855,10 +888,13 @@ class LLMBehaviourClassifier:
             labels[t].append(lab)
         results = []
         for t in range(len(traces)):
-            res = BehaviourCounts.from_events(sorted(labels[t], key=lambda e: e.index), errors=errors[t],
-                                              classifier=self.name)
+            res = BehaviourCounts.from_events(
+                sorted(labels[t], key=lambda e: e.index), errors=errors[t], classifier=self.name
+            )
             if res.errors:
-                log.warning("LLM behaviour classifier could not label %d of %d messages", res.n_errors, res.n_messages)
+                log.warning(
+                    "LLM behaviour classifier could not label %d of %d messages", res.n_errors, res.n_messages
+                )
             results.append(res)
         return results
 

@@ -34,12 +34,12 @@ DEFAULTS = {"iterations": 1000, "stage1_iterations": 100, "held_out_iterations":
 # The built-in baselines as candidate programs. Horizon-dependent constants follow
 # the planned number of iterations T: HS-PCFR+ schedules gamma over T, and VAD-CFR
 # starts averaging after T/2 iterations (the published 500 of 1000).
-_BASELINE_SOURCE = '''from societas.marl.games.algorithms import {factory}
+_BASELINE_SOURCE = """from societas.marl.games.algorithms import {factory}
 
 
 def build_algorithm(iterations):
     return {factory}({arguments})
-'''
+"""
 BASELINES = {
     "cfr": ("CFR", ""),
     "cfr+": ("CFRPlus", ""),
@@ -54,11 +54,8 @@ BASELINES = {
 
 def settings(program_path=None):
     """The effective settings for an evaluation of ``program_path``."""
-    values = load_task_settings(__file__, program_path, DEFAULTS, "cfr",
-                                ("iterations", "stage1_iterations"))
+    values = load_task_settings(__file__, program_path, DEFAULTS, "cfr", ("iterations", "stage1_iterations"))
     return values
-
-
 
 
 def metric_name(game):
@@ -80,7 +77,9 @@ def load_builder(program_path, iterations):
     def fresh():
         algorithm = build(iterations) if takes_horizon else build()
         if not isinstance(algorithm, Algorithm):
-            raise TypeError(f"build_algorithm() returned {type(algorithm).__name__}, expected societas.marl.games.Algorithm")
+            raise TypeError(
+                f"build_algorithm() returned {type(algorithm).__name__}, expected societas.marl.games.Algorithm"
+            )
         return algorithm
 
     return fresh
@@ -94,8 +93,10 @@ def check_average_policy(policy, game):
         raise ValueError(f"the average policy on {game} has non-finite entries")
     lowest = float(policy.min())
     if lowest < -1e-9:
-        raise ValueError(f"the average policy on {game} is not a distribution: it has a negative "
-                         f"probability ({lowest:.3g}): the policies or the averaging weights went negative")
+        raise ValueError(
+            f"the average policy on {game} is not a distribution: it has a negative "
+            f"probability ({lowest:.3g}): the policies or the averaging weights went negative"
+        )
 
 
 def score(program_path, games, iterations):

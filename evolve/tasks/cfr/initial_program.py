@@ -51,7 +51,9 @@ class PolicyAccumulator:
 
     def update(self, cum_policy, policy, reach, cf_reach, ctx):
         t = float(ctx.iteration)
-        return cum_policy + (t ** 1.0) * (reach.unsqueeze(-1) * policy)
+        return cum_policy + (t**1.0) * (reach.unsqueeze(-1) * policy)
+
+
 # EVOLVE-BLOCK-END
 
 

@@ -39,12 +39,12 @@ from societas.marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
 
 DEFAULTS = {"iterations": 100, "stage1_iterations": 10, "held_out_iterations": None, "seed": 0}
 
-_BASELINE_SOURCE = '''from societas.marl.games.metasolvers import get_meta_solver
+_BASELINE_SOURCE = """from societas.marl.games.metasolvers import get_meta_solver
 
 
 def build_meta_solvers():
     return get_meta_solver({train!r}), get_meta_solver({evaluation!r})
-'''
+"""
 # (training, evaluation) meta-solvers of societas.marl.games; "nash" is left out: it solves two-player games only.
 BASELINES = {
     "uniform": ("uniform", "uniform"),
@@ -56,12 +56,9 @@ BASELINES = {
 
 def settings(program_path=None):
     """The effective settings for an evaluation of ``program_path``."""
-    values = load_task_settings(__file__, program_path, DEFAULTS, "psro",
-                                ("iterations", "stage1_iterations"))
+    values = load_task_settings(__file__, program_path, DEFAULTS, "psro", ("iterations", "stage1_iterations"))
     values["seed"] = int(values["seed"])
     return values
-
-
 
 
 def metric_name(game):
@@ -87,7 +84,9 @@ class CheckedMetaSolver:
         try:
             answer = list(answer)
         except TypeError:
-            raise TypeError(f"{where} returned {type(answer).__name__}, expected one vector per player") from None
+            raise TypeError(
+                f"{where} returned {type(answer).__name__}, expected one vector per player"
+            ) from None
         if len(answer) != len(sizes):
             raise ValueError(f"{where} returned {len(answer)} vectors for {len(sizes)} players")
         checked = []
@@ -163,5 +162,7 @@ def evaluate_held_out(program_path):
 
 def held_out_baselines():
     """``{name: program source}`` for the built-in meta-solvers, scored like a candidate."""
-    return {name: _BASELINE_SOURCE.format(train=train, evaluation=evaluation)
-            for name, (train, evaluation) in BASELINES.items()}
+    return {
+        name: _BASELINE_SOURCE.format(train=train, evaluation=evaluation)
+        for name, (train, evaluation) in BASELINES.items()
+    }

@@ -51,6 +51,8 @@ class EvalMetaSolver:
             weights = np.exp(0.0 * (u - u.max()))
             strategies.append(weights / weights.sum())
         return strategies
+
+
 # EVOLVE-BLOCK-END
 
 

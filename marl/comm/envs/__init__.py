@@ -9,6 +9,7 @@ adapters both ways (:class:`BatchedParallelEnv`: one row as a PettingZoo
 ``ParallelEnv``; :class:`PettingZooBatchedEnv`: any discrete-action PettingZoo
 ``ParallelEnv`` as a batched env). :func:`make_env` builds one by name.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -46,8 +47,7 @@ def make_env(name: str, **kw: Any) -> BatchedMultiAgentEnv:
     try:
         cls = ENVS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))}") from None
+        raise ValueError(f"unknown env {name!r}; known envs: {', '.join(sorted(ENVS))}") from None
     return cls(**kw)
 
 
@@ -55,5 +55,6 @@ def __getattr__(name: str) -> Any:
     # The PettingZoo adapters import pettingzoo; load them only when asked for.
     if name in ("BatchedParallelEnv", "PettingZooBatchedEnv"):
         from societas.marl.comm.envs import pettingzoo as _pz
+
         return getattr(_pz, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,7 @@ Implementations: :mod:`societas.marl.comm.envs.speaker_listener`,
 :class:`societas.marl.comm.envs.pettingzoo.PettingZooBatchedEnv` (any PettingZoo
 ParallelEnv, ``B`` copies in a Python loop).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -91,15 +92,20 @@ class BatchedMultiAgentEnv(ABC):
     def sample_actions(self, generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """Uniformly random actions ``{agent: LongTensor [B]}`` on ``device``."""
         return {
-            a: torch.randint(self.action_sizes[a], (self.num_envs,), generator=generator,
-                             device=self.device if generator is None else generator.device)
-            .to(self.device)
+            a: torch.randint(
+                self.action_sizes[a],
+                (self.num_envs,),
+                generator=generator,
+                device=self.device if generator is None else generator.device,
+            ).to(self.device)
             for a in self.agents
         }
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(name={self.name!r}, num_envs={self.num_envs}, "
-                f"agents={self.agents}, device={self.device}, dtype={self.dtype})")
+        return (
+            f"{type(self).__name__}(name={self.name!r}, num_envs={self.num_envs}, "
+            f"agents={self.agents}, device={self.device}, dtype={self.dtype})"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -136,8 +142,14 @@ class MPEBatchedEnv(BatchedMultiAgentEnv):
     sensitivity: float = 5.0
     mass: float = 1.0
 
-    def __init__(self, num_envs: int = 1, device: str | torch.device = "auto", seed: int = 0,
-                 max_cycles: int = 25, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        max_cycles: int = 25,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if max_cycles < 1:
@@ -205,8 +217,9 @@ class MPEBatchedEnv(BatchedMultiAgentEnv):
         self._obs, self._state = self._observe()
         return self._obs
 
-    def step(self, actions: dict[str, Tensor]
-             ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
+    def step(
+        self, actions: dict[str, Tensor]
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
         with torch.no_grad():
             acts = {a: actions[a].to(self.device) for a in self.agents}
             rewards = self._advance(acts)

@@ -15,6 +15,7 @@
 Reference: PettingZoo parallel API (Terry et al. 2021, "PettingZoo: Gym for
 Multi-Agent Reinforcement Learning", NeurIPS), https://pettingzoo.farama.org.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,6 +51,7 @@ class BatchedParallelEnv(ParallelEnv):
     def __init__(self, env: BatchedMultiAgentEnv | str, row: int = 0, **kw: Any) -> None:
         if isinstance(env, str):
             from societas.marl.comm.envs import make_env
+
             kw.setdefault("num_envs", 1)
             kw.setdefault("device", "cpu")
             env = make_env(env, **kw)
@@ -63,13 +65,12 @@ class BatchedParallelEnv(ParallelEnv):
         self.metadata = dict(self.metadata, name=env.name)
         self.render_mode = None
         self._spaces_obs = {
-            a: spaces.Box(low=-np.inf, high=np.inf, shape=(env.observation_sizes[a],),
-                          dtype=np.float32) for a in env.agents}
+            a: spaces.Box(low=-np.inf, high=np.inf, shape=(env.observation_sizes[a],), dtype=np.float32)
+            for a in env.agents
+        }
         self._spaces_act = {a: spaces.Discrete(env.action_sizes[a]) for a in env.agents}
-        self.state_space = spaces.Box(low=-np.inf, high=np.inf, shape=(env.state_size,),
-                                      dtype=np.float32)
-        self._noop = {a: torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
-                      for a in env.agents}
+        self.state_space = spaces.Box(low=-np.inf, high=np.inf, shape=(env.state_size,), dtype=np.float32)
+        self._noop = {a: torch.zeros(env.num_envs, dtype=torch.long, device=env.device) for a in env.agents}
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._spaces_obs[agent]
@@ -78,11 +79,11 @@ class BatchedParallelEnv(ParallelEnv):
         return self._spaces_act[agent]
 
     def _row(self, obs: dict[str, Tensor]) -> dict[str, np.ndarray]:
-        return {a: obs[a][self.row].detach().cpu().numpy().astype(np.float32)
-                for a in self.possible_agents}
+        return {a: obs[a][self.row].detach().cpu().numpy().astype(np.float32) for a in self.possible_agents}
 
-    def reset(self, seed: int | None = None, options: dict | None = None
-              ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
         obs = self.env.reset(seed=seed)
         self.agents = list(self.possible_agents)
         return self._row(obs), {a: {} for a in self.agents}
@@ -130,9 +131,15 @@ class PettingZooBatchedEnv(BatchedMultiAgentEnv):
     env when it has one.
     """
 
-    def __init__(self, env_fn: Callable[[], ParallelEnv], num_envs: int = 1,
-                 device: str | torch.device = "auto", seed: int = 0,
-                 dtype: torch.dtype = torch.float32, name: str | None = None) -> None:
+    def __init__(
+        self,
+        env_fn: Callable[[], ParallelEnv],
+        num_envs: int = 1,
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        name: str | None = None,
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.envs = [env_fn() for _ in range(num_envs)]
@@ -149,16 +156,20 @@ class PettingZooBatchedEnv(BatchedMultiAgentEnv):
             act = first.action_space(a)
             if not isinstance(act, spaces.Discrete):
                 raise ValueError(  # noqa: TRY004 - a bad value of env_fn, not a bad type
-                    f"agent {a!r} has action space {act}; only Discrete is supported")
+                    f"agent {a!r} has action space {act}; only Discrete is supported"
+                )
             self.action_sizes[a] = int(act.n)
             self.observation_sizes[a] = int(math.prod(first.observation_space(a).shape))
         self.state_size = sum(self.observation_sizes.values())
         self._obs: dict[str, Tensor] | None = None
 
     def _to_tensors(self, rows: list[dict[str, np.ndarray]]) -> dict[str, Tensor]:
-        return {a: torch.as_tensor(np.stack([np.asarray(r[a]).reshape(-1) for r in rows]),
-                                   dtype=self.dtype, device=self.device)
-                for a in self.agents}
+        return {
+            a: torch.as_tensor(
+                np.stack([np.asarray(r[a]).reshape(-1) for r in rows]), dtype=self.dtype, device=self.device
+            )
+            for a in self.agents
+        }
 
     def reset(self, seed: int | None = None) -> dict[str, Tensor]:
         if seed is not None:
@@ -167,8 +178,9 @@ class PettingZooBatchedEnv(BatchedMultiAgentEnv):
         self._obs = self._to_tensors(rows)
         return self._obs
 
-    def step(self, actions: dict[str, Tensor]
-             ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
+    def step(
+        self, actions: dict[str, Tensor]
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
         if self._obs is None:
             raise RuntimeError("call reset() before step()")
         acts = {a: actions[a].detach().cpu().numpy().astype(np.int64) for a in self.agents}
@@ -190,11 +202,13 @@ class PettingZooBatchedEnv(BatchedMultiAgentEnv):
         obs = self._to_tensors(obs_rows) if (terminated | truncated).any() else final
         self._obs = obs
         rew = torch.as_tensor(rewards, dtype=self.dtype, device=self.device)
-        return (obs, {a: rew[j] for j, a in enumerate(self.agents)},
-                torch.as_tensor(terminated, device=self.device),
-                torch.as_tensor(truncated, device=self.device),
-                {"final_observation": final,
-                 "final_state": torch.cat([final[a] for a in self.agents], dim=1)})
+        return (
+            obs,
+            {a: rew[j] for j, a in enumerate(self.agents)},
+            torch.as_tensor(terminated, device=self.device),
+            torch.as_tensor(truncated, device=self.device),
+            {"final_observation": final, "final_state": torch.cat([final[a] for a in self.agents], dim=1)},
+        )
 
     def state(self) -> Tensor:
         if self._obs is None:

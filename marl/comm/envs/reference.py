@@ -36,6 +36,7 @@ step; call ``.contiguous()`` before ``.view``-flattening them.
 Reference: mpe2 (Farama Foundation), ``mpe2/simple_reference`` and
 ``mpe2/_mpe_utils``; parity is tested by ``tests/comm/test_envs.py``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -59,9 +60,15 @@ class ReferenceEnv(MPEBatchedEnv):
 
     name = "reference"
 
-    def __init__(self, num_envs: int = 1, device: str | torch.device = "auto", seed: int = 0,
-                 max_cycles: int = 25, dtype: torch.dtype = torch.float32,
-                 local_ratio: float = 0.5) -> None:
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        max_cycles: int = 25,
+        dtype: torch.dtype = torch.float32,
+        local_ratio: float = 0.5,
+    ) -> None:
         if not 0.0 <= local_ratio <= 1.0:
             raise ValueError(f"local_ratio must be in [0, 1], got {local_ratio}")
         self.local_ratio = float(local_ratio)
@@ -74,11 +81,11 @@ class ReferenceEnv(MPEBatchedEnv):
         self._colours = torch.tensor(LANDMARK_COLOURS, dtype=dtype, device=dev)
         # action -> velocity increment [2, 50] (move = action % 5), word [10, 50] (action // 5)
         self._dv_t = self._move_table(comm_dim=DIM_C).T.contiguous()
-        self._words_t = torch.eye(DIM_C, dtype=dtype, device=dev).repeat_interleave(
-            NUM_MOVES, 0).T.contiguous()
+        self._words_t = (
+            torch.eye(DIM_C, dtype=dtype, device=dev).repeat_interleave(NUM_MOVES, 0).T.contiguous()
+        )
         self._decay = 1.0 - self.damping
-        super().__init__(num_envs=num_envs, device=device, seed=seed,
-                         max_cycles=max_cycles, dtype=dtype)
+        super().__init__(num_envs=num_envs, device=device, seed=seed, max_cycles=max_cycles, dtype=dtype)
 
     def _sample_state(self, n: int) -> dict[str, Tensor]:
         # Batch-last layout (see MPEBatchedEnv): every tensor is [..., n].
@@ -122,8 +129,7 @@ class ReferenceEnv(MPEBatchedEnv):
 
     def _state_from_mpe(self, world: Any) -> dict[str, Any]:
         agents = world.agents
-        goal = [next(i for i, lm in enumerate(world.landmarks) if lm is ag.goal_b)
-                for ag in agents]
+        goal = [next(i for i, lm in enumerate(world.landmarks) if lm is ag.goal_b) for ag in agents]
 
         def f64(xs: Any) -> Tensor:
             return torch.as_tensor(xs, dtype=torch.float64)

@@ -43,6 +43,7 @@ step; call ``.contiguous()`` before ``.view``-flattening them.
 Reference: mpe2 (Farama Foundation), ``mpe2/simple_speaker_listener`` and
 ``mpe2/_mpe_utils``; parity is tested by ``tests/comm/test_envs.py``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -65,8 +66,14 @@ class SpeakerListenerEnv(MPEBatchedEnv):
 
     name = "speaker_listener"
 
-    def __init__(self, num_envs: int = 1, device: str | torch.device = "auto", seed: int = 0,
-                 max_cycles: int = 25, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "auto",
+        seed: int = 0,
+        max_cycles: int = 25,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         self.agents = ["speaker_0", "listener_0"]
         self.observation_sizes = {"speaker_0": 3, "listener_0": 2 + 2 * NUM_LANDMARKS + DIM_C}
         self.action_sizes = {"speaker_0": DIM_C, "listener_0": 5}
@@ -76,8 +83,7 @@ class SpeakerListenerEnv(MPEBatchedEnv):
         self._words = torch.eye(DIM_C, dtype=dtype, device=dev)  # speaker action -> comm (column)
         self._dv_t = self._move_table().T.contiguous()  # listener action -> velocity increment
         self._decay = 1.0 - self.damping
-        super().__init__(num_envs=num_envs, device=device, seed=seed,
-                         max_cycles=max_cycles, dtype=dtype)
+        super().__init__(num_envs=num_envs, device=device, seed=seed, max_cycles=max_cycles, dtype=dtype)
 
     def _sample_state(self, n: int) -> dict[str, Tensor]:
         # Batch-last layout (see MPEBatchedEnv): every tensor is [..., n].
@@ -122,7 +128,8 @@ class SpeakerListenerEnv(MPEBatchedEnv):
             "goal_pos": torch.as_tensor(speaker.goal_b.state.p_pos, dtype=torch.float64),
             "pos": torch.as_tensor(listener.state.p_pos, dtype=torch.float64),
             "vel": torch.as_tensor(listener.state.p_vel, dtype=torch.float64),
-            "landmarks": torch.as_tensor(np.stack([lm.state.p_pos for lm in world.landmarks]),
-                                         dtype=torch.float64),  # [3, 2]
+            "landmarks": torch.as_tensor(
+                np.stack([lm.state.p_pos for lm in world.landmarks]), dtype=torch.float64
+            ),  # [3, 2]
             "comm": torch.as_tensor(speaker.state.c, dtype=torch.float64),
         }

@@ -109,8 +109,14 @@ def synthetic_topology(difficulty: str, rng: random.Random) -> str:
 
     def new(role: str, refs: list[str]) -> tuple[str, str, list[str]]:
         counts[role] = counts.get(role, 0) + 1
-        short = {"planning": "planner", "coding": "coder", "debugging": "debugger", "testing": "tester",
-                 "algorithmic": "algorithmist", "retrieval": "retriever"}[role]
+        short = {
+            "planning": "planner",
+            "coding": "coder",
+            "debugging": "debugger",
+            "testing": "tester",
+            "algorithmic": "algorithmist",
+            "retrieval": "retriever",
+        }[role]
         return (f"{short}_{counts[role]}", role, refs)
 
     left = n - 1  # the tester comes last
@@ -134,11 +140,24 @@ class ConductorRecipe(Recipe):
 
     name = "conductor"
 
-    def __init__(self, *, problems_per_step: int = 2, group_size: int = 4, max_turns: int = 2,
-                 orchestrator_tokens: int = 128, worker_tokens: int = 96, temperature: float = 1.0,
-                 worker_temperature: float = 0.0, density_weight: float = 0.2, n_train: int = 120,
-                 split_seed: int = 0, eval_problems: int = 8, eval_samples: int = 1, sft_batch: int = 8,
-                 test_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        problems_per_step: int = 2,
+        group_size: int = 4,
+        max_turns: int = 2,
+        orchestrator_tokens: int = 128,
+        worker_tokens: int = 96,
+        temperature: float = 1.0,
+        worker_temperature: float = 0.0,
+        density_weight: float = 0.2,
+        n_train: int = 120,
+        split_seed: int = 0,
+        eval_problems: int = 8,
+        eval_samples: int = 1,
+        sft_batch: int = 8,
+        test_timeout_s: float = 10.0,
+    ) -> None:
         if group_size < 2:
             raise ValueError("group_size must be at least 2 (GRPO compares samples of one problem)")
         if max_turns < 1:
@@ -169,9 +188,22 @@ class ConductorRecipe(Recipe):
         return ("orchestrator",)
 
     def config(self) -> dict[str, Any]:
-        keys = ("problems_per_step", "group_size", "max_turns", "orchestrator_tokens", "worker_tokens",
-                "temperature", "worker_temperature", "density_weight", "n_train", "split_seed", "eval_problems",
-                "eval_samples", "sft_batch", "test_timeout_s")
+        keys = (
+            "problems_per_step",
+            "group_size",
+            "max_turns",
+            "orchestrator_tokens",
+            "worker_tokens",
+            "temperature",
+            "worker_temperature",
+            "density_weight",
+            "n_train",
+            "split_seed",
+            "eval_problems",
+            "eval_samples",
+            "sft_batch",
+            "test_timeout_s",
+        )
         return {k: getattr(self, k) for k in keys} | {"execution_rewards": EXECUTION_REWARDS}
 
     def __getstate__(self) -> dict[str, Any]:  # the sandbox is rebuilt where the recipe runs
@@ -189,8 +221,10 @@ class ConductorRecipe(Recipe):
         from societas.agents.llm.function import FunctionLLM
 
         def _refuse(prompt):
-            raise RuntimeError("ConductorRecipe generates through the training run's LLMs, "
-                               "not through the Conductor it uses for prompts and grading")
+            raise RuntimeError(
+                "ConductorRecipe generates through the training run's LLMs, "
+                "not through the Conductor it uses for prompts and grading"
+            )
 
         no_llm = FunctionLLM(_refuse, name="run-llms-only")
         return Conductor(no_llm, no_llm, max_turns=self.max_turns, sandbox=self.sandbox, enforce_caps=True)
@@ -200,13 +234,19 @@ class ConductorRecipe(Recipe):
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
         rng = random.Random(seed)
         tasks = rng.sample(self.train_tasks, self.problems_per_step)
-        return [Episode(t.task_id, episode_seed(seed, t.task_id, g), t.task_id, i * self.group_size + g)
-                for i, t in enumerate(tasks) for g in range(self.group_size)]
+        return [
+            Episode(t.task_id, episode_seed(seed, t.task_id, g), t.task_id, i * self.group_size + g)
+            for i, t in enumerate(tasks)
+            for g in range(self.group_size)
+        ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
         tasks = self.heldout_tasks[: self.eval_problems]
-        return [Episode(t.task_id, episode_seed(20_011, t.task_id, g), t.task_id, i * self.eval_samples + g)
-                for i, t in enumerate(tasks) for g in range(self.eval_samples)]
+        return [
+            Episode(t.task_id, episode_seed(20_011, t.task_id, g), t.task_id, i * self.eval_samples + g)
+            for i, t in enumerate(tasks)
+            for g in range(self.eval_samples)
+        ]
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
         from societas.agents.llm.base import encode_with_tokenizer
@@ -228,8 +268,10 @@ class ConductorRecipe(Recipe):
         """(total, execution, density) reward of one orchestrator turn."""
         outcome = turn.outcome
         if outcome not in EXECUTION_REWARDS:  # e.g. "not_run": the topology parsed but its tests never ran
-            raise ValueError(f"no execution reward for turn outcome {outcome!r}; "
-                             f"expected one of {sorted(EXECUTION_REWARDS)}")
+            raise ValueError(
+                f"no execution reward for turn outcome {outcome!r}; "
+                f"expected one of {sorted(EXECUTION_REWARDS)}"
+            )
         execution = EXECUTION_REWARDS[outcome]
         density = 0.0
         if turn.topology is not None and turn.metrics is not None:
@@ -237,7 +279,9 @@ class ConductorRecipe(Recipe):
             density = density_reward(m["nodes"], m["edges"], m["depth"], difficulty)
         return execution + self.density_weight * density, execution, density
 
-    def _run_topologies(self, workers: Any, jobs: Sequence[tuple[str, LayeredTopology, CodeTask, int]]) -> dict:
+    def _run_topologies(
+        self, workers: Any, jobs: Sequence[tuple[str, LayeredTopology, CodeTask, int]]
+    ) -> dict:
         """Run every (prefix, topology, task, seed) as one union graph; returns prefix -> (RunResult-like, TestResult)."""
         nodes: list[NodeSpec] = []
         edges: list[tuple[str, str]] = []
@@ -273,7 +317,9 @@ class ConductorRecipe(Recipe):
         run = Runtime(graph, llm=workers, functions=functions, seed=0).run("")
         return {p: (run, results.get(p)) for p, *_ in jobs}
 
-    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+    def run_episodes(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
+    ) -> list[EpisodeResult]:
         orch, workers = llms["orchestrator"], llms[FROZEN]
         tok = orch.tokenizer
         cond = self._conductor()
@@ -287,8 +333,14 @@ class ConductorRecipe(Recipe):
                 break
             tasks = [self._tasks[episodes[i].task] for i in active]
             prompts = [cond.orchestrator_prompt(t, turns[i]) for i, t in zip(active, tasks)]
-            params = [SamplingParams(temperature=self.temperature, max_new_tokens=self.orchestrator_tokens,
-                                     seed=episode_seed(episodes[i].seed, "turn", turn) % (2**62)) for i in active]
+            params = [
+                SamplingParams(
+                    temperature=self.temperature,
+                    max_new_tokens=self.orchestrator_tokens,
+                    seed=episode_seed(episodes[i].seed, "turn", turn) % (2**62),
+                )
+                for i in active
+            ]
             outs = orch.generate(prompts, params)
             jobs = []
             for i, task, prompt, comps in zip(active, tasks, prompts, outs):
@@ -302,8 +354,9 @@ class ConductorRecipe(Recipe):
                     ct.topology, ct.metrics = topo, topo.metrics().to_dict()
                     jobs.append((f"e{episodes[i].index}t{turn}", topo, task, episodes[i].seed))
                 turns[i].append(ct)
-                samples[i].append(sample_from_completion("orchestrator", prompt, c, tok, episodes[i].group,
-                                                         {"turn": turn}))
+                samples[i].append(
+                    sample_from_completion("orchestrator", prompt, c, tok, episodes[i].group, {"turn": turn})
+                )
             ran = self._run_topologies(workers, jobs)
             still = []
             for i, task in zip(active, tasks):
@@ -333,8 +386,16 @@ class ConductorRecipe(Recipe):
             }
             if m:
                 metrics["agents"] = float(m["nodes"])
-            record = {"task_id": e.task, "seed": e.seed, "rewards": rewards[i],
-                      "turns": [{"outcome": t.outcome, "metrics": t.metrics, "text": t.orchestrator_output}
-                                for t in turns[i]]}
-            results.append(EpisodeResult(samples[i], list(rewards[i]), [e.group] * len(samples[i]), metrics, record))
+            record = {
+                "task_id": e.task,
+                "seed": e.seed,
+                "rewards": rewards[i],
+                "turns": [
+                    {"outcome": t.outcome, "metrics": t.metrics, "text": t.orchestrator_output}
+                    for t in turns[i]
+                ],
+            }
+            results.append(
+                EpisodeResult(samples[i], list(rewards[i]), [e.group] * len(samples[i]), metrics, record)
+            )
         return results

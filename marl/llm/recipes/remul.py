@@ -117,8 +117,10 @@ def worked_solution(question: str, answer: int) -> str:
     elif "boxes" in question and len(n) == 2 and n[0] * n[1] == answer:
         lines = [f"There are {n[0]} boxes of {n[1]}.", f"Multiply: {n[0]} x {n[1]} = {answer}."]
     elif "gives away" in question and len(n) == 3 and n[0] * n[1] - n[2] == answer:
-        lines = [f"Total: {n[0]} x {n[1]} = {n[0] * n[1]}.",
-                 f"Subtract the {n[2]} given away: {n[0] * n[1]} - {n[2]} = {answer}."]
+        lines = [
+            f"Total: {n[0]} x {n[1]} = {n[0] * n[1]}.",
+            f"Subtract the {n[2]} given away: {n[0] * n[1]} - {n[2]} = {answer}.",
+        ]
     elif "equally" in question and len(n) == 2 and n[1] and n[0] // n[1] == answer:
         lines = [f"Share {n[0]} among {n[1]}.", f"Divide: {n[0]} / {n[1]} = {answer}."]
     if not lines:
@@ -150,16 +152,34 @@ class RemulRecipe(Recipe):
 
     name = "remul"
 
-    def __init__(self, *, questions_per_step: int = 2, group_size: int = 4, n_listeners: int = 3,
-                 cuts: Sequence[float] = (0.25, 0.5, 0.75), correctness: bool = False, speaker_tokens: int = 96,
-                 listener_tokens: int = 48, temperature: float = 1.0, listener_temperature: float = 0.9,
-                 eval_questions: int = 6, early_answering: bool = True,
-                 ea_fractions: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0), sft_batch: int = 8,
-                 min_lines: int = 0) -> None:
-        for key, val, lo in (("questions_per_step", questions_per_step, 1), ("group_size", group_size, 2),
-                             ("n_listeners", n_listeners, 1), ("speaker_tokens", speaker_tokens, 1),
-                             ("listener_tokens", listener_tokens, 1), ("eval_questions", eval_questions, 1),
-                             ("sft_batch", sft_batch, 1), ("min_lines", min_lines, 0)):
+    def __init__(
+        self,
+        *,
+        questions_per_step: int = 2,
+        group_size: int = 4,
+        n_listeners: int = 3,
+        cuts: Sequence[float] = (0.25, 0.5, 0.75),
+        correctness: bool = False,
+        speaker_tokens: int = 96,
+        listener_tokens: int = 48,
+        temperature: float = 1.0,
+        listener_temperature: float = 0.9,
+        eval_questions: int = 6,
+        early_answering: bool = True,
+        ea_fractions: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0),
+        sft_batch: int = 8,
+        min_lines: int = 0,
+    ) -> None:
+        for key, val, lo in (
+            ("questions_per_step", questions_per_step, 1),
+            ("group_size", group_size, 2),
+            ("n_listeners", n_listeners, 1),
+            ("speaker_tokens", speaker_tokens, 1),
+            ("listener_tokens", listener_tokens, 1),
+            ("eval_questions", eval_questions, 1),
+            ("sft_batch", sft_batch, 1),
+            ("min_lines", min_lines, 0),
+        ):
             if isinstance(val, bool) or not isinstance(val, int) or val < lo:
                 extra = " (GRPO compares the episodes of one question)" if key == "group_size" else ""
                 raise ValueError(f"{key} must be an integer >= {lo}, got {val!r}{extra}")
@@ -202,9 +222,22 @@ class RemulRecipe(Recipe):
         return float(len(self.cuts) * self.n_listeners + (self.n_listeners if self.correctness else 0))
 
     def config(self) -> dict[str, Any]:
-        keys = ("questions_per_step", "group_size", "n_listeners", "cuts", "correctness", "speaker_tokens",
-                "listener_tokens", "temperature", "listener_temperature", "eval_questions", "early_answering",
-                "ea_fractions", "sft_batch", "min_lines")
+        keys = (
+            "questions_per_step",
+            "group_size",
+            "n_listeners",
+            "cuts",
+            "correctness",
+            "speaker_tokens",
+            "listener_tokens",
+            "temperature",
+            "listener_temperature",
+            "eval_questions",
+            "early_answering",
+            "ea_fractions",
+            "sft_batch",
+            "min_lines",
+        )
         out = {k: getattr(self, k) for k in keys}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
@@ -214,34 +247,74 @@ class RemulRecipe(Recipe):
         """The speaker/listeners graph (speaker model ``"speaker"``, listeners ``"listener"``)."""
         refs = {str(k): str(v) for k, v in (references or {}).items()}
         return speaker_listeners(
-            self.cuts, self.n_listeners, speaker_llm="speaker", listener_llm="listener",
-            speaker_params={"temperature": self.temperature if train else 0.0, "max_new_tokens": self.speaker_tokens},
-            listener_params={"temperature": self.listener_temperature, "max_new_tokens": self.listener_tokens},
-            balanced=self.correctness and bool(refs), references=refs or None, min_lines=self.min_lines, name="remul",
+            self.cuts,
+            self.n_listeners,
+            speaker_llm="speaker",
+            listener_llm="listener",
+            speaker_params={
+                "temperature": self.temperature if train else 0.0,
+                "max_new_tokens": self.speaker_tokens,
+            },
+            listener_params={
+                "temperature": self.listener_temperature,
+                "max_new_tokens": self.listener_tokens,
+            },
+            balanced=self.correctness and bool(refs),
+            references=refs or None,
+            min_lines=self.min_lines,
+            name="remul",
         )
 
     def speaker_prompt(self, question: str) -> list[dict[str, str]]:
         """The speaker's chat prompt for ``question``, exactly as the Runtime renders it."""
         ns = self.graph(train=True).node("speaker")
-        return Agent(name="speaker", llm=None, role=ns.role, system_prompt=ns.prompt,  # type: ignore[arg-type]
-                     template=ns.template).build_prompt(question, [])
+        return Agent(
+            name="speaker",
+            llm=None,
+            role=ns.role,
+            system_prompt=ns.prompt,  # type: ignore[arg-type]
+            template=ns.template,
+        ).build_prompt(question, [])
 
     # -- episodes ---------------------------------------------------------------------------------
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
         qs = train_questions(self.questions_per_step, seed, self._eval_set)
-        return [Episode({"kind": "question", "question": q, "answer": a}, episode_seed(seed, q, g), f"q:{q}",
-                        i * self.group_size + g)
-                for i, (q, a) in enumerate(qs) for g in range(self.group_size)]
+        return [
+            Episode(
+                {"kind": "question", "question": q, "answer": a},
+                episode_seed(seed, q, g),
+                f"q:{q}",
+                i * self.group_size + g,
+            )
+            for i, (q, a) in enumerate(qs)
+            for g in range(self.group_size)
+        ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
         # Fixed across seeds and evaluations: one held-out set.
-        eps = [Episode({"kind": "question", "question": q, "answer": a}, episode_seed(EVAL_QUESTION_SEED, "q", j),
-                       f"q:{q}", j) for j, (q, a) in enumerate(self._eval)]
+        eps = [
+            Episode(
+                {"kind": "question", "question": q, "answer": a},
+                episode_seed(EVAL_QUESTION_SEED, "q", j),
+                f"q:{q}",
+                j,
+            )
+            for j, (q, a) in enumerate(self._eval)
+        ]
         if self.early_answering:
-            eps.append(Episode({"kind": "early_answering", "questions": [q for q, _ in self._eval],
-                                "answers": [a for _, a in self._eval]},
-                               episode_seed(EVAL_QUESTION_SEED, "early_answering"), "early_answering", len(eps)))
+            eps.append(
+                Episode(
+                    {
+                        "kind": "early_answering",
+                        "questions": [q for q, _ in self._eval],
+                        "answers": [a for _, a in self._eval],
+                    },
+                    episode_seed(EVAL_QUESTION_SEED, "early_answering"),
+                    "early_answering",
+                    len(eps),
+                )
+            )
         return eps
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
@@ -259,13 +332,18 @@ class RemulRecipe(Recipe):
             ids = pre + ans + post
             mask = [0] * len(pre) + [1] * len(ans) + [0] * len(post)
             prompt = encode_with_tokenizer(tokenizer, [self.speaker_prompt(q)])[0]
-            out.append(TokenSample("speaker", prompt, ids, mask, None, f"q:{q}",
-                                   {"answer_line": answer_line, "question": q}))
+            out.append(
+                TokenSample(
+                    "speaker", prompt, ids, mask, None, f"q:{q}", {"answer_line": answer_line, "question": q}
+                )
+            )
         return {"speaker": out}
 
     # -- rollouts ---------------------------------------------------------------------------------
 
-    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+    def run_episodes(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
+    ) -> list[EpisodeResult]:
         out: list[EpisodeResult | None] = [None] * len(episodes)
         qs = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "question"]
         if qs:
@@ -279,7 +357,9 @@ class RemulRecipe(Recipe):
             raise ValueError(f"unknown episode kinds {missing}")
         return [r for r in out if r is not None]
 
-    def _questions(self, llms: Mapping[str, Any], episodes: Sequence[Episode], train: bool) -> list[EpisodeResult]:
+    def _questions(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], train: bool
+    ) -> list[EpisodeResult]:
         spk = llms["speaker"]
         refs = {e.task["question"]: e.task["answer"] for e in episodes}
         graph = self.graph(refs, train=train)
@@ -292,30 +372,53 @@ class RemulRecipe(Recipe):
             o = RemulOutcome.from_result(run)
             samples = []
             if tok is not None:
-                samples = samples_from_trace(run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index)
-            metrics = {"reward": o.reward, "accuracy": float(bool(o.correct)),
-                       "agreement": o.matches / o.n_pairs if o.n_pairs else 0.0,
-                       "answered": float(o.speaker_answer is not None),
-                       "reasoning_lines": float(o.reasoning_lines or 0)}
+                samples = samples_from_trace(
+                    run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index
+                )
+            metrics = {
+                "reward": o.reward,
+                "accuracy": float(bool(o.correct)),
+                "agreement": o.matches / o.n_pairs if o.n_pairs else 0.0,
+                "answered": float(o.speaker_answer is not None),
+                "reasoning_lines": float(o.reasoning_lines or 0),
+            }
             metrics.update({f"agreement@{f:g}": v for f, v in o.agreement_by_cut.items()})
-            record = {"question": e.task["question"], "answer": e.task["answer"], "seed": e.seed,
-                      "speaker_text": run.outputs.get("speaker", [""])[-1], "speaker_answer": o.speaker_answer,
-                      "listener_answers": {f"{f:g}": a for f, a in o.listener_answers.items()},
-                      "matches": o.matches, "correct": o.correct, "reward": o.reward}
-            results.append(EpisodeResult(samples, [o.reward] * len(samples), [e.group] * len(samples),
-                                         metrics, record))
+            record = {
+                "question": e.task["question"],
+                "answer": e.task["answer"],
+                "seed": e.seed,
+                "speaker_text": run.outputs.get("speaker", [""])[-1],
+                "speaker_answer": o.speaker_answer,
+                "listener_answers": {f"{f:g}": a for f, a in o.listener_answers.items()},
+                "matches": o.matches,
+                "correct": o.correct,
+                "reward": o.reward,
+            }
+            results.append(
+                EpisodeResult(samples, [o.reward] * len(samples), [e.group] * len(samples), metrics, record)
+            )
         return results
 
     def _early_answering(self, llms: Mapping[str, Any], e: Episode) -> EpisodeResult:
         curve = early_answering_curve(
-            _base(llms["speaker"]), e.task["questions"], [str(a) for a in e.task["answers"]], self.ea_fractions,
+            _base(llms["speaker"]),
+            e.task["questions"],
+            [str(a) for a in e.task["answers"]],
+            self.ea_fractions,
             listener_llm=llms[FROZEN],
             speaker_params={"temperature": 0.0, "max_new_tokens": self.speaker_tokens},
             listener_params={"temperature": 0.0, "max_new_tokens": self.listener_tokens},
-            min_lines=self.min_lines, seed=e.seed % (2**31),
+            min_lines=self.min_lines,
+            seed=e.seed % (2**31),
         )
         metrics = {"early_answering_aoc": curve.aoc, "early_answering_used": float(curve.n_used)}
         metrics.update({f"early_answering@{f:g}": a for f, a in curve.accuracies.items()})
-        record = {"early_answering": {"accuracies": {f"{f:g}": a for f, a in curve.accuracies.items()},
-                                      "aoc": curve.aoc, "n_used": curve.n_used, "n_questions": curve.n_questions}}
+        record = {
+            "early_answering": {
+                "accuracies": {f"{f:g}": a for f, a in curve.accuracies.items()},
+                "aoc": curve.aoc,
+                "n_used": curve.n_used,
+                "n_questions": curve.n_questions,
+            }
+        }
         return EpisodeResult(metrics=metrics, record=record)

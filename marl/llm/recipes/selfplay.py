@@ -61,9 +61,15 @@ def heldout_problems(n: int, seed: int = 12345) -> list[tuple[str, int]]:
         kind = rng.randrange(4)
         a, b, c = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)
         if kind == 0:
-            q, ans = f"{name} has {a * 3} {item} and buys {b} more. How many {item} does {name} have now?", a * 3 + b
+            q, ans = (
+                f"{name} has {a * 3} {item} and buys {b} more. How many {item} does {name} have now?",
+                a * 3 + b,
+            )
         elif kind == 1:
-            q, ans = f"{name} has {a} boxes with {b} {item} in each box. How many {item} are there in total?", a * b
+            q, ans = (
+                f"{name} has {a} boxes with {b} {item} in each box. How many {item} are there in total?",
+                a * b,
+            )
         elif kind == 2:
             q = f"{name} has {a} bags with {b} {item} each and gives away {c}. How many {item} are left?"
             ans = a * b - c
@@ -79,9 +85,20 @@ class SelfPlayRecipe(Recipe):
 
     name = "selfplay"
 
-    def __init__(self, *, proposals_per_step: int = 8, n_solvers: int = 5, proposer_tokens: int = 64,
-                 solver_tokens: int = 96, temperature: float = 1.0, proposer_steps: int = 1, solver_steps: int = 1,
-                 eval_proposals: int = 12, eval_problems: int = 16, shared: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        proposals_per_step: int = 8,
+        n_solvers: int = 5,
+        proposer_tokens: int = 64,
+        solver_tokens: int = 96,
+        temperature: float = 1.0,
+        proposer_steps: int = 1,
+        solver_steps: int = 1,
+        eval_proposals: int = 12,
+        eval_problems: int = 16,
+        shared: bool = False,
+    ) -> None:
         if proposals_per_step < 2:
             raise ValueError("proposals_per_step must be at least 2 (HRPO standardises within hop groups)")
         if proposer_steps < 0 or solver_steps < 0 or proposer_steps + solver_steps == 0:
@@ -98,7 +115,10 @@ class SelfPlayRecipe(Recipe):
         self.shared = shared
         self.role_map = RoleMap({"proposer": self._pol("proposer"), "solver": self._pol("solver")})
         self.graph = proposer_solver(
-            n_solvers, proposer_llm="proposer", solver_llm="solver", solver_seed=None,
+            n_solvers,
+            proposer_llm="proposer",
+            solver_llm="solver",
+            solver_seed=None,
             proposer_params={"temperature": temperature, "max_new_tokens": proposer_tokens},
             solver_params={"temperature": temperature, "max_new_tokens": solver_tokens},
         )
@@ -111,8 +131,18 @@ class SelfPlayRecipe(Recipe):
         return ("policy",) if self.shared else ("proposer", "solver")
 
     def config(self) -> dict[str, Any]:
-        keys = ("proposals_per_step", "n_solvers", "proposer_tokens", "solver_tokens", "temperature",
-                "proposer_steps", "solver_steps", "eval_proposals", "eval_problems", "shared")
+        keys = (
+            "proposals_per_step",
+            "n_solvers",
+            "proposer_tokens",
+            "solver_tokens",
+            "temperature",
+            "proposer_steps",
+            "solver_steps",
+            "eval_proposals",
+            "eval_problems",
+            "shared",
+        )
         return {k: getattr(self, k) for k in keys}
 
     def trained_policies(self, step: int) -> tuple[str, ...]:
@@ -128,8 +158,14 @@ class SelfPlayRecipe(Recipe):
         eps = []
         for i in range(n):
             task = arithmetic_word_problem_task(rng)
-            eps.append(Episode({"kind": kind, "instruction": task}, episode_seed(seed, kind, i),
-                               f"hops={arithmetic_task_hops(task)}", i))
+            eps.append(
+                Episode(
+                    {"kind": kind, "instruction": task},
+                    episode_seed(seed, kind, i),
+                    f"hops={arithmetic_task_hops(task)}",
+                    i,
+                )
+            )
         return eps
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
@@ -138,13 +174,21 @@ class SelfPlayRecipe(Recipe):
     def eval_episodes(self, seed: int) -> list[Episode]:
         eps = self._episodes(self.eval_proposals, 10_007, "selfplay")  # fixed across seeds: one held-out set
         for j, (q, ans) in enumerate(heldout_problems(self.eval_problems)):
-            eps.append(Episode({"kind": "problem", "question": q, "answer": ans}, episode_seed(10_007, "problem", j),
-                               f"problem={j}", len(eps)))
+            eps.append(
+                Episode(
+                    {"kind": "problem", "question": q, "answer": ans},
+                    episode_seed(10_007, "problem", j),
+                    f"problem={j}",
+                    len(eps),
+                )
+            )
         return eps
 
     # -- rollouts ---------------------------------------------------------------------------------
 
-    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+    def run_episodes(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
+    ) -> list[EpisodeResult]:
         unknown = sorted({str(e.task.get("kind")) for e in episodes} - {"selfplay", "problem"})
         if unknown:
             raise ValueError(f"selfplay episodes are of kind 'selfplay' or 'problem', got {unknown}")
@@ -173,7 +217,9 @@ class SelfPlayRecipe(Recipe):
         results = []
         for e, run in zip(episodes, runs):
             o = ProposerSolverOutcome.from_result(run)
-            samples = samples_from_trace(run.trace, self.role_map, tok, trace_id=e.index) if tok is not None else []
+            samples = (
+                samples_from_trace(run.trace, self.role_map, tok, trace_id=e.index) if tok is not None else []
+            )
             usable = o.format > 0 and o.verified is not False
             rewards: list[Any] = []
             groups: list[Any] = []
@@ -188,26 +234,49 @@ class SelfPlayRecipe(Recipe):
                     kept.append(s)
                     rewards.append(1.0 if o.correct[idx] else 0.0)
                     groups.append(f"q{e.index}:{e.seed}")  # GRPO over the n answers to one question
-            metrics = {"reward": o.reward, "format": o.format, "difficulty": o.difficulty,
-                       "solver_agreement": o.k / o.n, "well_formed": float(o.format > 0)}
-            results.append(EpisodeResult(kept, rewards, groups, metrics, {
-                "instruction_hops": e.group, "question": o.question, "answer": o.answer, "k": o.k,
-                "reward": o.reward, "format": o.format, "verified": o.verified,
-                "proposer_text": run.outputs.get("proposer", [""])[-1]}))
+            metrics = {
+                "reward": o.reward,
+                "format": o.format,
+                "difficulty": o.difficulty,
+                "solver_agreement": o.k / o.n,
+                "well_formed": float(o.format > 0),
+            }
+            results.append(
+                EpisodeResult(
+                    kept,
+                    rewards,
+                    groups,
+                    metrics,
+                    {
+                        "instruction_hops": e.group,
+                        "question": o.question,
+                        "answer": o.answer,
+                        "k": o.k,
+                        "reward": o.reward,
+                        "format": o.format,
+                        "verified": o.verified,
+                        "proposer_text": run.outputs.get("proposer", [""])[-1],
+                    },
+                )
+            )
         return results
 
     def _solve(self, llms: Mapping[str, Any], episodes: Sequence[Episode]) -> list[EpisodeResult]:
         solver = llms[self._pol("solver")]
-        prompts = [[{"role": "user", "content": SOLVER_TEMPLATE.format(inputs="\n\n" + e.task["question"])}]
-                   for e in episodes]
+        prompts = [
+            [{"role": "user", "content": SOLVER_TEMPLATE.format(inputs="\n\n" + e.task["question"])}]
+            for e in episodes
+        ]
         params = [SamplingParams(temperature=0.0, max_new_tokens=self.solver_tokens) for _ in episodes]
         outs = solver.generate(prompts, params)
         results = []
         for e, comps in zip(episodes, outs):
             ans = extract_final_answer(comps[0].text)
             ok = ans is not None and answers_match(ans, str(e.task["answer"]))
-            results.append(EpisodeResult(metrics={"heldout_solver_accuracy": float(ok)}, record={
-                "question": e.task["question"], "answer": e.task["answer"], "solver_answer": ans}))
+            results.append(
+                EpisodeResult(
+                    metrics={"heldout_solver_accuracy": float(ok)},
+                    record={"question": e.task["question"], "answer": e.task["answer"], "solver_answer": ans},
+                )
+            )
         return results
-
-

@@ -106,8 +106,14 @@ class SocietyDialogue:
     slipped: str | None = None
 
 
-def society_dialogue(question: str, answer: int, personas: Sequence[str], rounds: int, rng: random.Random,
-                     slip_rate: float = 0.5) -> SocietyDialogue:
+def society_dialogue(
+    question: str,
+    answer: int,
+    personas: Sequence[str],
+    rounds: int,
+    rng: random.Random,
+    slip_rate: float = 0.5,
+) -> SocietyDialogue:
     """A synthetic ``rounds``-round discussion of ``question`` whose every final answer is computed.
 
     The steps are those of :func:`~societas.marl.llm.recipes.remul.worked_solution`.
@@ -156,8 +162,13 @@ def society_dialogue(question: str, answer: int, personas: Sequence[str], rounds
         why = f"{', '.join(right)} reached {answer} ({last}); {slipped}'s {wrong} is a slip."
     else:
         why = f"{', '.join(right)} reached {answer} ({last}), and {slipped} corrected {wrong} to {answer}."
-    return SocietyDialogue(question, answer, {p: tuple(m) for p, m in messages.items()},
-                           f"{why}\nFinal answer: {answer}", slipped)
+    return SocietyDialogue(
+        question,
+        answer,
+        {p: tuple(m) for p, m in messages.items()},
+        f"{why}\nFinal answer: {answer}",
+        slipped,
+    )
 
 
 class SocietyRecipe(Recipe):
@@ -165,14 +176,32 @@ class SocietyRecipe(Recipe):
 
     name = "society"
 
-    def __init__(self, *, n_personas: int = 3, rounds: int = 1, questions_per_step: int = 2, group_size: int = 2,
-                 persona_tokens: int = 64, aggregator_tokens: int = 64, temperature: float = 1.0,
-                 eval_temperature: float = 0.0, eval_questions: int = 6, train_aggregator: bool = True,
-                 sft_batch: int = 8, sft_slip_rate: float = 0.5) -> None:
-        for key, val, lo in (("n_personas", n_personas, 2), ("rounds", rounds, 1),
-                             ("questions_per_step", questions_per_step, 1), ("group_size", group_size, 2),
-                             ("persona_tokens", persona_tokens, 1), ("aggregator_tokens", aggregator_tokens, 1),
-                             ("eval_questions", eval_questions, 1), ("sft_batch", sft_batch, 1)):
+    def __init__(
+        self,
+        *,
+        n_personas: int = 3,
+        rounds: int = 1,
+        questions_per_step: int = 2,
+        group_size: int = 2,
+        persona_tokens: int = 64,
+        aggregator_tokens: int = 64,
+        temperature: float = 1.0,
+        eval_temperature: float = 0.0,
+        eval_questions: int = 6,
+        train_aggregator: bool = True,
+        sft_batch: int = 8,
+        sft_slip_rate: float = 0.5,
+    ) -> None:
+        for key, val, lo in (
+            ("n_personas", n_personas, 2),
+            ("rounds", rounds, 1),
+            ("questions_per_step", questions_per_step, 1),
+            ("group_size", group_size, 2),
+            ("persona_tokens", persona_tokens, 1),
+            ("aggregator_tokens", aggregator_tokens, 1),
+            ("eval_questions", eval_questions, 1),
+            ("sft_batch", sft_batch, 1),
+        ):
             if isinstance(val, bool) or not isinstance(val, int) or val < lo:
                 extra = " (GRPO compares the episodes of one question)" if key == "group_size" else ""
                 raise ValueError(f"{key} must be an integer >= {lo}, got {val!r}{extra}")
@@ -181,8 +210,11 @@ class SocietyRecipe(Recipe):
         for key, val in (("temperature", temperature), ("eval_temperature", eval_temperature)):
             if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
                 raise ValueError(f"{key} must be a number >= 0, got {val!r}")
-        if isinstance(sft_slip_rate, bool) or not isinstance(sft_slip_rate, (int, float)) \
-                or not 0.0 <= sft_slip_rate <= 1.0:
+        if (
+            isinstance(sft_slip_rate, bool)
+            or not isinstance(sft_slip_rate, (int, float))
+            or not 0.0 <= sft_slip_rate <= 1.0
+        ):
             raise ValueError(f"sft_slip_rate must be a number in [0, 1], got {sft_slip_rate!r}")
         if not isinstance(train_aggregator, bool):
             raise ValueError("train_aggregator must be a boolean")  # noqa: TRY004
@@ -209,30 +241,50 @@ class SocietyRecipe(Recipe):
         return ("society",)
 
     def config(self) -> dict[str, Any]:
-        keys = ("n_personas", "rounds", "questions_per_step", "group_size", "persona_tokens", "aggregator_tokens",
-                "temperature", "eval_temperature", "eval_questions", "train_aggregator", "sft_batch", "sft_slip_rate")
+        keys = (
+            "n_personas",
+            "rounds",
+            "questions_per_step",
+            "group_size",
+            "persona_tokens",
+            "aggregator_tokens",
+            "temperature",
+            "eval_temperature",
+            "eval_questions",
+            "train_aggregator",
+            "sft_batch",
+            "sft_slip_rate",
+        )
         return {k: getattr(self, k) for k in keys} | {"personas": list(self.persona_names)}
 
     def graph(self, *, train: bool = True) -> Any:
         """The society graph; every node uses the model named ``"society"``."""
         t = self.temperature if train else self.eval_temperature
         return society_of_thought(
-            self.n_personas, self.rounds, llm="society",
+            self.n_personas,
+            self.rounds,
+            llm="society",
             params={"temperature": t, "max_new_tokens": self.persona_tokens},
             aggregator_params={"temperature": t, "max_new_tokens": self.aggregator_tokens},
-            name="society", llms={"society": "embedded"},
+            name="society",
+            llms={"society": "embedded"},
         )
 
     # -- episodes ---------------------------------------------------------------------------------
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
         qs = train_questions(self.questions_per_step, seed, self._eval_set)
-        return [Episode({"question": q, "answer": a}, episode_seed(seed, q, g), f"q:{q}", i * self.group_size + g)
-                for i, (q, a) in enumerate(qs) for g in range(self.group_size)]
+        return [
+            Episode({"question": q, "answer": a}, episode_seed(seed, q, g), f"q:{q}", i * self.group_size + g)
+            for i, (q, a) in enumerate(qs)
+            for g in range(self.group_size)
+        ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
-        return [Episode({"question": q, "answer": a}, episode_seed(EVAL_QUESTION_SEED, "society", j), f"q:{q}", j)
-                for j, (q, a) in enumerate(self._eval)]
+        return [
+            Episode({"question": q, "answer": a}, episode_seed(EVAL_QUESTION_SEED, "society", j), f"q:{q}", j)
+            for j, (q, a) in enumerate(self._eval)
+        ]
 
     # -- SFT on multi-agent dialogue -----------------------------------------------------------------
 
@@ -240,28 +292,41 @@ class SocietyRecipe(Recipe):
         """Samples of ``sft_batch`` scripted discussions (:func:`society_dialogue`), prompts exactly as in a run."""
         rng = random.Random(seed)
         qs = train_questions(self.sft_batch, seed, self._eval_set)
-        dialogues = {q: society_dialogue(q, a, self.persona_names, self.rounds, rng, self.sft_slip_rate)
-                     for q, a in qs}
+        dialogues = {
+            q: society_dialogue(q, a, self.persona_names, self.rounds, rng, self.sft_slip_rate) for q, a in qs
+        }
         script = _DialogueScript(dialogues, DEFAULT_PERSONAS[: self.n_personas])
-        runs = Runtime(self.graph(train=True), llms={"society": FunctionLLM(batch_fn=script, name="sft-script")}
-                       ).run_many([q for q, _ in qs])
+        runs = Runtime(
+            self.graph(train=True), llms={"society": FunctionLLM(batch_fn=script, name="sft-script")}
+        ).run_many([q for q, _ in qs])
         eos = tokenizer.eos_token_id
         out: list[TokenSample] = []
         for (q, _), run in zip(qs, runs):
             slipped = dialogues[q].slipped
-            for smp in samples_from_trace(run.trace, self.role_map, tokenizer, group_key=f"q:{q}",
-                                          retokenize=True, require_logprobs=False):
+            for smp in samples_from_trace(
+                run.trace,
+                self.role_map,
+                tokenizer,
+                group_key=f"q:{q}",
+                retokenize=True,
+                require_logprobs=False,
+            ):
                 if smp.meta["sender"] == slipped and smp.meta["round"] == 0:
                     continue  # the slip is context for the others to correct, not a message to imitate
                 if eos is not None:
-                    smp = dataclasses.replace(smp, completion_ids=[*smp.completion_ids, eos],
-                                              completion_mask=[*smp.completion_mask, 1])
+                    smp = dataclasses.replace(
+                        smp,
+                        completion_ids=[*smp.completion_ids, eos],
+                        completion_mask=[*smp.completion_mask, 1],
+                    )
                 out.append(smp)
         return {"society": out}
 
     # -- rollouts ---------------------------------------------------------------------------------
 
-    def run_episodes(self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool) -> list[EpisodeResult]:
+    def run_episodes(
+        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
+    ) -> list[EpisodeResult]:
         pol = llms["society"]
         on_event = pol.on_event if isinstance(pol, TokenRecorder) else None
         rt = Runtime(self.graph(train=train), llms={"society": pol}, on_event=on_event)
@@ -273,20 +338,36 @@ class SocietyRecipe(Recipe):
             agg_text = (run.outputs.get("aggregator") or [""])[-1]
             agg = extract_final_answer(agg_text)
             reward = 1.0 if answers_match(agg, ref) else 0.0
-            persona_ans = {n: extract_final_answer((run.outputs.get(n) or [""])[-1]) for n in self.persona_names}
+            persona_ans = {
+                n: extract_final_answer((run.outputs.get(n) or [""])[-1]) for n in self.persona_names
+            }
             persona_ok = {n: float(answers_match(a, ref)) for n, a in persona_ans.items()}
             vote = majority_answer(list(persona_ans.values()))
             samples = []
             if tok is not None:
-                samples = samples_from_trace(run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index)
-            metrics = {"reward": reward, "answered": float(agg is not None),
-                       "persona_accuracy": sum(persona_ok.values()) / len(persona_ok),
-                       "majority_accuracy": float(answers_match(vote, ref))}
+                samples = samples_from_trace(
+                    run.trace, self.role_map, tok, group_key=e.group, trace_id=e.index
+                )
+            metrics = {
+                "reward": reward,
+                "answered": float(agg is not None),
+                "persona_accuracy": sum(persona_ok.values()) / len(persona_ok),
+                "majority_accuracy": float(answers_match(vote, ref)),
+            }
             metrics.update({f"accuracy/{n}": v for n, v in persona_ok.items()})
-            record = {"question": e.task["question"], "answer": e.task["answer"], "seed": e.seed,
-                      "aggregated_answer": agg, "aggregator_text": agg_text, "persona_answers": persona_ans,
-                      "majority_answer": vote, "reward": reward}
-            results.append(EpisodeResult(samples, [reward] * len(samples), [e.group] * len(samples), metrics, record))
+            record = {
+                "question": e.task["question"],
+                "answer": e.task["answer"],
+                "seed": e.seed,
+                "aggregated_answer": agg,
+                "aggregator_text": agg_text,
+                "persona_answers": persona_ans,
+                "majority_answer": vote,
+                "reward": reward,
+            }
+            results.append(
+                EpisodeResult(samples, [reward] * len(samples), [e.group] * len(samples), metrics, record)
+            )
         return results
 
 
@@ -314,7 +395,9 @@ class _DialogueScript:
             user = "\n".join(str(m["content"]) for m in messages if m["role"] == "user")
             found = [q for q in self.dialogues if user.startswith(q)]
             if len(found) != 1:
-                raise ValueError(f"scripted dialogue: the prompt matches {len(found)} questions: {user[:120]!r}")
+                raise ValueError(
+                    f"scripted dialogue: the prompt matches {len(found)} questions: {user[:120]!r}"
+                )
             d, who = self.dialogues[found[0]], self._who(system)
             if who == "aggregator":
                 out.append(d.aggregator)
