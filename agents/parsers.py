@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Callable
+from collections.abc import Callable
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+\-.]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 

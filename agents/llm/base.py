@@ -10,8 +10,9 @@ differently.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 ChatMessage = dict[str, str]
 """One chat turn: ``{"role": "system" | "user" | "assistant", "content": str}``."""
 
-Prompt = Union[str, Sequence[ChatMessage]]
+Prompt = str | Sequence[ChatMessage]
 """A prompt: a plain string (sent as one user turn) or a list of chat turns."""
 
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -50,7 +51,7 @@ class SamplingParams(BaseModel):
         return tuple(v)
 
     @model_validator(mode="after")
-    def _min_le_max(self) -> "SamplingParams":
+    def _min_le_max(self) -> SamplingParams:
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError(
                 f"min_new_tokens ({self.min_new_tokens}) exceeds max_new_tokens ({self.max_new_tokens})"
@@ -186,3 +187,7 @@ def encode_with_tokenizer(tokenizer: Any, prompts: Sequence[Prompt]) -> list[lis
 def render_chat_plain(messages: Sequence[ChatMessage]) -> str:
     """A readable transcript of chat turns, for models without a chat template."""
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+
+
+class UnknownLLM(ValueError):
+    """An LLM URI that :func:`~societas.agents.llm.load_llm` cannot interpret."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .base import (
     ChatMessage,
@@ -89,14 +89,17 @@ class FunctionLLM:
             if len(texts) != len(rows):
                 raise ValueError(f"batch_fn returned {len(texts)} texts for {len(rows)} rows")
         else:
+            fn = self.fn
+            if fn is None:
+                raise ValueError(f"FunctionLLM {self.name!r} has neither fn nor batch_fn")
             texts = []
             for i, s in rows:
                 if self._arity >= 3:
-                    texts.append(self.fn(msgs[i], plist[i], s))
+                    texts.append(fn(msgs[i], plist[i], s))
                 elif self._arity == 2:
-                    texts.append(self.fn(msgs[i], plist[i]))
+                    texts.append(fn(msgs[i], plist[i]))
                 else:
-                    texts.append(self.fn(msgs[i]))
+                    texts.append(fn(msgs[i]))
         out: list[list[Completion]] = [[] for _ in prompts]
         for (i, s), text in zip(rows, texts):
             if not isinstance(text, str):

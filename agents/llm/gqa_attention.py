@@ -64,8 +64,12 @@ def use_gqa_sdpa(model: torch.nn.Module) -> bool:
     heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
     if not heads or not kv or heads == kv or getattr(cfg, "_attn_implementation", None) not in ("sdpa", None):
         return False
+    # A transformers PreTrainedModel method; other modules lack it.
+    set_attn_implementation = getattr(model, "set_attn_implementation", None)
+    if set_attn_implementation is None:
+        return False
     try:
-        model.set_attn_implementation(NAME)
+        set_attn_implementation(NAME)
     except (ValueError, AttributeError):
         return False
     return True

@@ -1,5 +1,9 @@
 """Any server that speaks the OpenAI chat-completions API, as an :class:`~societas.agents.llm.base.LLM`.
 
+This module is long because one backend's wire protocol is one job: parsing
+the server's answers, retries with backoff, cancellation and token accounting
+all serve the single OpenAICompatibleLLM class and are tested through it.
+
 ``vllm serve``, llama.cpp's ``llama-server``, SGLang, TGI, Ollama and OpenAI
 itself all answer ``POST {base_url}/chat/completions``. :class:`OpenAICompatibleLLM`
 turns a batch of prompts into concurrent requests to such a server and the
@@ -251,8 +255,9 @@ def _parse_choice(raw: Any, k: int) -> _Choice:
                 raise TypeError(f"choices[{k}].logprobs.content[{j}] has no numeric 'logprob'")
             logprobs.append(float(entry["logprob"]))
             token_strs.append(entry.get("token"))
-        if all(isinstance(t, str) for t in token_strs):
-            tokens = token_strs
+        strs = [t for t in token_strs if isinstance(t, str)]
+        if len(strs) == len(token_strs):  # every entry names its token
+            tokens = strs
     elif lp is not None and not isinstance(lp, dict):
         raise TypeError(f"choices[{k}].logprobs is {type(lp).__name__}, expected an object or null")
 
@@ -528,7 +533,7 @@ class OpenAICompatibleLLM:
             cancel.set()
             for f in futures:
                 f.cancel()
-            real = [f.exception() for f in failed if not isinstance(f.exception(), _Cancelled)]
+            real = [e for f in failed if (e := f.exception()) is not None and not isinstance(e, _Cancelled)]
             if real:
                 raise real[0]
             raise RuntimeError(f"{self.name}: closed while generate() was running")

@@ -18,10 +18,12 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, cast
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from .base import (
     Completion,
@@ -33,6 +35,7 @@ from .base import (
     render_with_tokenizer,
     truncate_at_stop,
 )
+from .gqa_attention import use_gqa_sdpa
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +78,6 @@ class TransformersLLM:
         max_batch_size: int = 64,
         chat_template: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.device = resolve_device(device)
         torch_dtype = _resolve_dtype(dtype, self.device)
         if isinstance(model, (str, Path)):
@@ -103,10 +104,9 @@ class TransformersLLM:
                 raise ValueError("pass tokenizer= together with a model object")
             mdl, tok = model, tokenizer
             self.name = name or f"hf:{getattr(getattr(mdl, 'config', None), '_name_or_path', 'model')}"
-        self.model = mdl.to(self.device)
+        # transformers declares PreTrainedModel.to through functools.wraps, which mypy reads as unbound.
+        self.model = mdl.to(self.device)  # type: ignore[arg-type]
         self.model.eval()
-        from .gqa_attention import use_gqa_sdpa
-
         self.gqa_sdpa = use_gqa_sdpa(self.model)
         self.tokenizer = tok
         if chat_template is not None:
@@ -177,8 +177,6 @@ class TransformersLLM:
     def _generate_rows(
         self, prompt_ids: list[list[int]], params: list[SamplingParams], sample_idx: list[int]
     ) -> list[Completion]:
-        from transformers import DynamicCache
-
         dev = self.device
         B = len(prompt_ids)
         pad = int(self.tokenizer.pad_token_id)
@@ -292,7 +290,8 @@ class TransformersLLM:
         for r in range(B):
             toks = out_tokens[r]
             body = [t for t in toks if t not in self.eos_ids]
-            text = self.tokenizer.decode(body, skip_special_tokens=True)
+            # One flat sequence of ids decodes to one string (a batch would give a list).
+            text = cast(str, self.tokenizer.decode(body, skip_special_tokens=True))
             text, hit = truncate_at_stop(text, params[r].stop)
             comps.append(
                 Completion(

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import torch
+
 from .base import (
     Completion,
     Prompt,
@@ -82,7 +84,7 @@ _SKIPPED_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb
 def _import_vllm() -> Any:
     """Import vllm, turning its absence into an actionable error."""
     try:
-        import vllm
+        import vllm  # noqa: PLC0415
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == "vllm":
             raise ImportError(VLLM_MISSING_MESSAGE) from e
@@ -95,18 +97,14 @@ def _import_vllm() -> Any:
 # arrives as a list), so each tensor travels as (name, dtype, shape, bytes).
 
 
-def _encode_tensor(name: str, tensor: Any) -> tuple[str, str, list[int], bytes]:
-    import torch
-
+def encode_tensor(name: str, tensor: Any) -> tuple[str, str, list[int], bytes]:
     t = tensor.detach().cpu().contiguous()
     dtype = str(t.dtype).removeprefix("torch.")
     data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return name, dtype, list(t.shape), data
 
 
-def _decode_tensor(dtype: str, shape: Sequence[int], data: bytes) -> Any:
-    import torch
-
+def decode_tensor(dtype: str, shape: Sequence[int], data: bytes) -> Any:
     dtypes = {str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.dtype)}
     dt = dtypes.get(dtype)
     if dt is None:
@@ -130,7 +128,7 @@ class WeightSyncExtension:
         """Rebuild the tensors of one chunk and keep them until applied."""
         staged = self.__dict__.setdefault("_societas_staged", [])
         for name, dtype, shape, data in chunk:
-            staged.append((name, _decode_tensor(dtype, shape, data)))
+            staged.append((name, decode_tensor(dtype, shape, data)))
         return len(staged)
 
     def societas_discard_weights(self) -> int:
@@ -157,7 +155,7 @@ class WeightSyncExtension:
         arrive; a tied ``lm_head`` has none, so on the CPU it would keep the
         oneDNN-packed copy of the *old* embedding and score tokens with it.
         """
-        from vllm.config import set_current_vllm_config
+        from vllm.config import set_current_vllm_config  # noqa: PLC0415
 
         model = self.get_model()  # type: ignore[attr-defined]
         owners: dict[int, list[Any]] = {}
@@ -177,7 +175,7 @@ class WeightSyncExtension:
                     method.process_weights_after_loading(module)
 
 
-def _safetensors_index(model_dir: Path) -> dict[str, tuple[str, list[int]]] | None:
+def safetensors_index(model_dir: Path) -> dict[str, tuple[str, list[int]]] | None:
     """Name → (dtype, shape) of every tensor of a local safetensors checkpoint.
 
     Reads only the JSON headers. ``None`` when the directory holds no
@@ -269,7 +267,7 @@ class VLLMLLM:
                 "VLLMLLM installs its own worker_extension_cls (weight sync); it cannot take another one"
             )
         vllm = _import_vllm()
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # noqa: PLC0415
 
         self._vllm = vllm
         self.on_cpu = bool(current_platform.is_cpu())
@@ -308,7 +306,7 @@ class VLLMLLM:
         self.dtype = model_config.dtype
         self._tied_embeddings = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         local = Path(model_str)
-        self._checkpoint = _safetensors_index(local) if local.is_dir() else None
+        self._checkpoint = safetensors_index(local) if local.is_dir() else None
         self.calls = 0
         self.weight_chunk_bytes = 256 << 20
         self._closed = False
@@ -361,7 +359,7 @@ class VLLMLLM:
                     f"prompt {i} has {len(x)} tokens, which leaves no room to generate within "
                     f"max_model_len={self.max_model_len}"
                 )
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
         self.calls += 1
         t0 = time.perf_counter()
@@ -420,8 +418,6 @@ class VLLMLLM:
         takes a few seconds on a CPU); for multi-billion-parameter models on
         GPUs, vLLM's NCCL weight transfer is the faster route.
         """
-        import torch
-
         self._check_open()
         items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
         named: dict[str, torch.Tensor] = {}
@@ -448,7 +444,7 @@ class VLLMLLM:
             chunk: list[tuple[str, str, list[int], bytes]] = []
             chunk_bytes = 0
             for k, v in named.items():
-                enc = _encode_tensor(k, v.to(self.dtype) if v.is_floating_point() else v)
+                enc = encode_tensor(k, v.to(self.dtype) if v.is_floating_point() else v)
                 chunk.append(enc)
                 chunk_bytes += len(enc[3])
                 if chunk_bytes >= self.weight_chunk_bytes:
@@ -516,8 +512,6 @@ class VLLMLLM:
             del llm
         gc.collect()
         try:
-            import torch
-
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         except Exception:  # best effort

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from societas.agents import (
     Agent,
@@ -101,7 +102,7 @@ def test_prompt_and_params_validation():
         normalize_prompt([])
     with pytest.raises(ValueError, match="2 SamplingParams for 3 prompts"):
         broadcast_params([SamplingParams(), SamplingParams()], 3)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match=r"temperature\n  Input should be greater than or equal to 0"):
         SamplingParams(temperature=-1)
     assert truncate_at_stop("abc<END>def<X>", ["<X>", "<END>"]) == ("abc", True)
 

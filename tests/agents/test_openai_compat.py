@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import threading
 import time
@@ -223,12 +224,9 @@ def test_concurrency_limit_is_respected() -> None:
     prompts = [f"p{i}" for i in range(8)]
     with OpenAITestServer(echo, delay_s=0.2) as srv:
         with OpenAICompatibleLLM(srv.url, "m", max_concurrency=2, **FAST) as llm:
-            t0 = time.perf_counter()
             out = llm.generate(prompts)
-            slow = time.perf_counter() - t0
         assert srv.max_in_flight == 2
         assert [row[0].text for row in out] == [f"echo: p{i}" for i in range(8)]
-        assert slow >= 0.7
 
         srv.reset()
         with OpenAICompatibleLLM(srv.url, "m", max_concurrency=8, **FAST) as llm:
@@ -261,39 +259,53 @@ def test_transient_faults_are_retried(faults: list[tuple], caplog: pytest.LogCap
     assert len(retry_logs) == len(faults)
 
 
-def test_429_retry_after_replaces_backoff() -> None:
+def _retry_delays(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The waits the client announced before each retry ("retrying in 0.05 s")."""
+    return [
+        m.group(1)
+        for r in caplog.records
+        if (m := re.search(r"retrying in (\S+) s$", r.getMessage())) is not None
+    ]
+
+
+def test_429_retry_after_replaces_backoff(caplog: pytest.LogCaptureFixture) -> None:
     faults = [("status", 429, {"Retry-After": "0"})]
-    # a backoff of 5 s would make this slow: Retry-After: 0 must win
+    # the backoff alone would wait 2.5-5 s: Retry-After: 0 must win
     with (
         OpenAITestServer(echo, faults=faults) as srv,
         OpenAICompatibleLLM(srv.url, "m", backoff_s=5.0, backoff_max_s=5.0) as llm,
+        caplog.at_level(logging.WARNING, logger="societas.agents.llm.openai_compat"),
     ):
-        t0 = time.perf_counter()
         out = llm.generate(["rate"])
-        elapsed = time.perf_counter() - t0
         assert llm.stats["retries"] == 1
     assert out[0][0].text == "echo: rate"
-    assert elapsed < 2.0
+    assert _retry_delays(caplog) == ["0.00"]
 
 
-def test_retry_after_is_capped_by_backoff_max() -> None:
+def test_retry_after_is_capped_by_backoff_max(caplog: pytest.LogCaptureFixture) -> None:
     faults = [("status", 503, {"Retry-After": "30"})]
-    with OpenAITestServer(echo, faults=faults) as srv, OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
-        t0 = time.perf_counter()
+    with (
+        OpenAITestServer(echo, faults=faults) as srv,
+        OpenAICompatibleLLM(srv.url, "m", **FAST) as llm,
+        caplog.at_level(logging.WARNING, logger="societas.agents.llm.openai_compat"),
+    ):
         assert llm.generate(["cap"])[0][0].text == "echo: cap"
-        assert time.perf_counter() - t0 < 2.0
+    assert _retry_delays(caplog) == [f"{FAST['backoff_max_s']:.2f}"]
 
 
-def test_hang_longer_than_timeout_is_retried() -> None:
+def test_hang_longer_than_timeout_is_retried(caplog: pytest.LogCaptureFixture) -> None:
     with OpenAITestServer(echo, faults=[("hang", 3.0)]) as srv:
-        with OpenAICompatibleLLM(srv.url, "m", timeout_s=0.3, **FAST) as llm:
-            t0 = time.perf_counter()
+        with (
+            OpenAICompatibleLLM(srv.url, "m", timeout_s=0.3, **FAST) as llm,
+            caplog.at_level(logging.WARNING, logger="societas.agents.llm.openai_compat"),
+        ):
             out = llm.generate(["slow"])
-            elapsed = time.perf_counter() - t0
             assert llm.stats["retries"] == 1
         assert len(srv.requests) == 2
     assert out[0][0].text == "echo: slow"
-    assert 0.3 <= elapsed < 2.0
+    # the first attempt was abandoned at the client's timeout, not answered late
+    (warning,) = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert "ReadTimeout: no answer within 0.3 s" in warning
 
 
 # ------------------------------------------------------------------- giving up
@@ -351,10 +363,8 @@ def test_connection_refused_names_the_server() -> None:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
     with OpenAICompatibleLLM(url, "ghost", max_retries=2, **FAST) as llm:
-        t0 = time.perf_counter()
-        with pytest.raises(LLMServerError) as ei:
+        with pytest.raises(LLMServerError, match="failed after 3 attempts") as ei:
             llm.generate(["anyone?"])
-        assert time.perf_counter() - t0 < 5.0
         assert llm.stats["requests"] == 3
     msg = str(ei.value)
     assert url in msg and "'ghost'" in msg and "3 attempts" in msg and "ConnectError" in msg
@@ -369,7 +379,7 @@ def test_close_during_generate_stops_the_batch() -> None:
         def run() -> None:
             try:
                 llm.generate([f"p{i}" for i in range(6)])
-            except Exception as e:  # noqa: BLE001 - collected for the assertion below
+            except Exception as e:
                 errors.append(e)
 
         worker = threading.Thread(target=run)

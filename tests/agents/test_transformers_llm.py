@@ -3,10 +3,11 @@ a full forward pass for log-probabilities and HF ``generate`` for greedy text.""
 
 from __future__ import annotations
 
-import time
+import re
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from societas.agents.llm import SamplingParams, load_llm
 
@@ -106,30 +107,45 @@ def test_embedded_model_answers_offline_and_stops(embedded_llm):
 
 
 @pytest.mark.slow
-def test_embedded_second_load_is_fast(embedded_dir):
+def test_embedded_reload_from_the_cache_ties_the_head(embedded_dir):
     from societas.agents.llm.transformers_llm import TransformersLLM
 
-    t0 = time.perf_counter()
     llm = TransformersLLM(embedded_dir)
-    assert time.perf_counter() - t0 < 5.0
     assert llm.model.config.tie_word_embeddings
     # the tied head is the embedding matrix, not a separate (missing) tensor
     assert torch.equal(llm.model.lm_head.weight, llm.model.model.embed_tokens.weight)
 
 
-def test_load_llm_shares_instances_and_rejects_bad_uris(tmp_path):
-    from societas.agents.llm import FunctionLLM, UnknownLLM
+def test_load_llm_shares_instances_and_rejects_bad_uris(tmp_path, monkeypatch):
+    from societas.agents.llm import FunctionLLM, UnknownLLM, clear_cache
+    from societas.agents.llm import loading as llm_loading
 
+    # a private cache, so that clearing it leaves the models other tests share alone
+    monkeypatch.setattr(llm_loading, "_CACHE", {})
     a = load_llm("function:tests.agents.test_transformers_llm:_echo")
     assert a is load_llm("function:tests.agents.test_transformers_llm:_echo")
     assert isinstance(a, FunctionLLM)
     assert a.generate(["ping"])[0][0].text == "echo ping"
-    for bad in ["", "nope", "openai:http://x", "function:nomodule", "weird:thing"]:
-        with pytest.raises(UnknownLLM):
+    assert load_llm("function:tests.agents.test_transformers_llm:_echo", shared=False) is not a
+    # once the cache is cleared, the same URI builds a new shared instance
+    clear_cache()
+    b = load_llm("function:tests.agents.test_transformers_llm:_echo")
+    assert b is not a and b is load_llm("function:tests.agents.test_transformers_llm:_echo")
+    assert b.generate(["pong"])[0][0].text == "echo pong"
+    for bad, message in [
+        ("", "an LLM URI must be a non-empty string, got ''"),
+        ("nope", "unknown LLM 'nope'; expected 'embedded' or one of hf:"),
+        ("openai:http://x", "openai URI must be openai:URL#MODEL, got 'openai:http://x'"),
+        ("function:nomodule", "function URI must be function:MODULE:ATTR, got 'function:nomodule'"),
+        ("weird:thing", "unknown LLM scheme 'weird' in 'weird:thing'"),
+    ]:
+        with pytest.raises(UnknownLLM, match="^" + re.escape(message)):
             load_llm(bad)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=f"^no model at {re.escape(str(tmp_path / 'missing'))} "):
         load_llm(f"hf:{tmp_path / 'missing'}")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(
+        FileNotFoundError, match=f"^gguf: no such file {re.escape(str(tmp_path / 'missing.gguf'))}$"
+    ):
         load_llm(f"gguf:{tmp_path / 'missing.gguf'}")
 
 
@@ -152,7 +168,7 @@ def test_min_new_tokens_suppresses_end_of_sequence(tiny_llm):
         assert len(long.token_ids) == 7 and long.token_ids[-1] == eos and eos not in long.token_ids[:6]
     finally:
         head.weight.data.copy_(saved)
-    with pytest.raises(Exception, match="exceeds max_new_tokens"):
+    with pytest.raises(ValidationError, match=r"min_new_tokens \(5\) exceeds max_new_tokens \(3\)"):
         SamplingParams(max_new_tokens=3, min_new_tokens=5)
 
 

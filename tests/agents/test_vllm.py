@@ -24,9 +24,9 @@ from societas.agents.llm.vllm_llm import (
     VLLM_MISSING_MESSAGE,
     VLLMLLM,
     WeightSyncExtension,
-    _decode_tensor,
-    _encode_tensor,
-    _safetensors_index,
+    decode_tensor,
+    encode_tensor,
+    safetensors_index,
 )
 
 PROMPTS = [
@@ -84,15 +84,15 @@ def test_bad_arguments_fail_before_vllm_is_needed(tmp_path, monkeypatch):
     ],
 )
 def test_tensor_transport_round_trip(tensor):
-    name, dtype, shape, data = _encode_tensor("w", tensor)
+    name, dtype, shape, data = encode_tensor("w", tensor)
     assert (name, shape) == ("w", list(tensor.shape)) and isinstance(data, bytes)
-    back = _decode_tensor(dtype, shape, data)
+    back = decode_tensor(dtype, shape, data)
     assert back.dtype == tensor.dtype and torch.equal(back, tensor)
 
 
 def test_decode_rejects_unknown_dtype():
     with pytest.raises(ValueError, match="unknown tensor dtype"):
-        _decode_tensor("float128", [1], b"\0" * 16)
+        decode_tensor("float128", [1], b"\0" * 16)
 
 
 class _FakeWorker(WeightSyncExtension):
@@ -115,8 +115,8 @@ class _FakeWorker(WeightSyncExtension):
 def test_worker_extension_stages_chunks_then_applies_once():
     w = _FakeWorker()
     a, b = torch.randn(2, 3), torch.randn(4)
-    assert w.societas_stage_weights([_encode_tensor("a", a)]) == 1
-    assert w.societas_stage_weights([_encode_tensor("b", b)]) == 2
+    assert w.societas_stage_weights([encode_tensor("a", a)]) == 1
+    assert w.societas_stage_weights([encode_tensor("b", b)]) == 2
     assert w.received is None  # nothing is loaded until the set is complete
     assert w.societas_apply_weights() is None
     assert w.refreshed == 1
@@ -127,16 +127,16 @@ def test_worker_extension_stages_chunks_then_applies_once():
 
 def test_worker_extension_reports_failures_instead_of_raising():
     w = _FakeWorker(fail=True)
-    w.societas_stage_weights([_encode_tensor("a", torch.ones(1))])
+    w.societas_stage_weights([encode_tensor("a", torch.ones(1))])
     assert w.societas_apply_weights() == "RuntimeError: boom"
-    w.societas_stage_weights([_encode_tensor("a", torch.ones(1))])
+    w.societas_stage_weights([encode_tensor("a", torch.ones(1))])
     assert w.societas_discard_weights() == 1 and w.societas_apply_weights() == "no weights were staged"
 
 
 def test_safetensors_index_reads_names_and_shapes(embedded_dir):
     from safetensors import safe_open
 
-    index = _safetensors_index(embedded_dir)
+    index = safetensors_index(embedded_dir)
     with safe_open(str(embedded_dir / "model.safetensors"), "pt") as f:
         assert set(index) == set(f.keys())
         k = "model.embed_tokens.weight"
@@ -316,7 +316,7 @@ def test_weight_sync_from_trainer_parameters(vllm_llm, embedded_dir):
         for p in policy.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * p.float().std() * 0.2)
     n = vllm_llm.load_weights(policy.model.named_parameters())
-    assert n == len(_safetensors_index(embedded_dir))
+    assert n == len(safetensors_index(embedded_dir))
     after = vllm_llm.generate(PROMPTS, greedy)
     assert [r[0].token_ids for r in after] != [r[0].token_ids for r in before]
     # The engine now computes the trainer's distribution (tied lm_head included).
@@ -368,12 +368,12 @@ def test_training_loop_generates_with_vllm_and_syncs_each_update(vllm_llm, embed
     _need_vllm()
     from safetensors.torch import load_file
 
-    from societas.marl.llm.loop import TrainConfig, _Backend
-    from societas.marl.llm.rollouts import TokenSample
+    from societas.marl.llm.backend import Backend, TrainConfig
     from societas.marl.llm.recipes.selfplay import SelfPlayRecipe
+    from societas.marl.llm.rollouts import TokenSample
 
     recipe = SelfPlayRecipe(shared=True)
-    backend = _Backend(TrainConfig(model="embedded", grpo={"lr": 1e-3}), recipe)
+    backend = Backend(TrainConfig(model="embedded", grpo={"lr": 1e-3}), recipe)
     backend.vllm["policy"] = vllm_llm
     backend.sync("policy")
     try:
