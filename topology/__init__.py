@@ -20,7 +20,7 @@ from .layered import (
     try_parse_layered_yaml,
 )
 from .render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
-from .runtime import NodeContext, NodeError, Runtime, RunResult
+from .runtime import NodeContext, NodeError, RunResult, Runtime
 from .spec import BudgetSpec, EdgeSpec, GraphSpec, NodeSpec
 from .trace import Trace, TraceEvent, TraceTotals
 

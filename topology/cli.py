@@ -9,9 +9,18 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.status import Status
+
+from societas.agents.llm import UnknownLLM
+
+from .errors import SpecError
+from .graph import Graph
+from .render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
+from .runtime import NodeError, Runtime
 
 app = typer.Typer(
     add_completion=False,
@@ -27,9 +36,6 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _load_graph(spec_path: Path):
-    from .errors import SpecError
-    from .graph import Graph
-
     if not spec_path.exists():
         _fail(f"{spec_path}: no such file")
     if spec_path.is_dir():
@@ -41,34 +47,28 @@ def _load_graph(spec_path: Path):
 
 
 def _render(graph_or_trace: Any, path: Path, graph: Any = None) -> Path:
-    from . import render
-
     if path.suffix.lower() in (".mmd", ".mermaid", ".md"):
         text = (
-            render.trace_to_mermaid(graph_or_trace, graph)
-            if graph is not None
-            else render.graph_to_mermaid(graph_or_trace)
+            trace_to_mermaid(graph_or_trace, graph) if graph is not None else graph_to_mermaid(graph_or_trace)
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
         return path
     if graph is not None:
-        return render.render_trace_png(graph_or_trace, path, graph=graph)
-    return render.render_graph_png(graph_or_trace, path)
+        return render_trace_png(graph_or_trace, path, graph=graph)
+    return render_graph_png(graph_or_trace, path)
 
 
 @app.command()
 def show(
     spec: Path = typer.Argument(..., help="graph spec (.yaml/.yml/.json)"),
-    render: Optional[Path] = typer.Option(
+    render: Path | None = typer.Option(
         None, "--render", help="write a drawing: .png, or .mmd for Mermaid text"
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Validate a spec and print its Mermaid diagram and metrics."""
     graph = _load_graph(spec)
-    from .render import graph_to_mermaid
-
     metrics = graph.metrics().to_dict()
     out: dict[str, Any] = {"name": graph.spec.name, "metrics": metrics, "final": graph.final}
     if render is not None:
@@ -88,25 +88,18 @@ def show(
 def run(
     spec: Path = typer.Argument(..., help="graph spec (.yaml/.yml/.json)"),
     task: str = typer.Option(..., "--task", help="the task every entry node receives"),
-    llm: Optional[str] = typer.Option(
+    llm: str | None = typer.Option(
         None, "--llm", help="LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"
     ),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="save the trace as JSONL"),
-    render: Optional[Path] = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="token budget (overrides the spec)"),
-    max_calls: Optional[int] = typer.Option(None, "--max-calls", help="call budget (overrides the spec)"),
+    trace: Path | None = typer.Option(None, "--trace", help="save the trace as JSONL"),
+    render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
+    seed: int | None = typer.Option(None, "--seed"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="token budget (overrides the spec)"),
+    max_calls: int | None = typer.Option(None, "--max-calls", help="call budget (overrides the spec)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a graph on a task."""
-    from rich.console import Console
-    from rich.status import Status
-
-    from societas.agents.llm import UnknownLLM
-
-    from .runtime import NodeError, Runtime
-
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -16,10 +16,12 @@ import ast
 import gzip
 import json
 import logging
+import random
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from societas.agents.parsers import extract_code
 from societas.agents.sandbox import Sandbox, SandboxResult
@@ -99,8 +101,6 @@ def humaneval_tasks() -> list[CodeTask]:
 
 def humaneval_split(n_train: int = 120, seed: int = 0) -> tuple[list[CodeTask], list[CodeTask]]:
     """A fixed, seeded split into training and held-out problems."""
-    import random
-
     tasks = humaneval_tasks()
     idx = list(range(len(tasks)))
     random.Random(seed).shuffle(idx)

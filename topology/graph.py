@@ -16,9 +16,9 @@ routing) returns a new graph and leaves this one untouched.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -127,17 +127,27 @@ class Graph:
         return cls(spec, validate=validate)
 
     @classmethod
-    def from_yaml(cls, text_or_path: str | Path, *, validate: bool = True) -> Graph:
-        """A graph from YAML text or a YAML file (see :meth:`GraphSpec.from_yaml`)."""
-        return cls(GraphSpec.from_yaml(text_or_path), validate=validate)
+    def from_yaml_text(cls, text: str, *, validate: bool = True) -> Graph:
+        """A graph from YAML text (never read as a file name; see :meth:`GraphSpec.from_yaml_text`)."""
+        return cls(GraphSpec.from_yaml_text(text), validate=validate)
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path, *, validate: bool = True) -> Graph:
-        """A graph from JSON text or a JSON file."""
-        return cls(GraphSpec.from_json(text_or_path), validate=validate)
+    def from_yaml_file(cls, path: str | os.PathLike[str], *, validate: bool = True) -> Graph:
+        """A graph from a YAML file; :class:`FileNotFoundError` naming it if there is none."""
+        return cls(GraphSpec.from_yaml_file(path), validate=validate)
 
     @classmethod
-    def from_file(cls, path: str | Path, *, validate: bool = True) -> Graph:
+    def from_json_text(cls, text: str, *, validate: bool = True) -> Graph:
+        """A graph from JSON text (never read as a file name)."""
+        return cls(GraphSpec.from_json_text(text), validate=validate)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike[str], *, validate: bool = True) -> Graph:
+        """A graph from a JSON file; :class:`FileNotFoundError` naming it if there is none."""
+        return cls(GraphSpec.from_json_file(path), validate=validate)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, validate: bool = True) -> Graph:
         """A graph from a ``.yaml``/``.yml``/``.json`` file."""
         return cls(GraphSpec.from_file(path), validate=validate)
 
@@ -151,12 +161,47 @@ class Graph:
         validate: bool = True,
         **fields: Any,
     ) -> Graph:
-        """Build a graph in code.
+        """Build a graph in code rather than from a YAML/JSON document.
 
-        ``nodes`` are :class:`NodeSpec` objects or dicts; ``edges`` are
-        ``(a, b)``, ``(a, b, label)``, ``"a -> b"``, dicts or :class:`EdgeSpec`;
-        other keyword arguments are :class:`GraphSpec` fields (``rounds``,
-        ``final``, ``llms``, ``budget``, ``meta``, ``description``).
+        Args:
+            name: the graph's name (``GraphSpec.name``; it names the graph in
+                traces, renderings and error messages).
+            nodes: the nodes in declaration order (the order that breaks ties
+                everywhere: scheduling, inputs, layers), each a
+                :class:`NodeSpec` or a dict of its fields, e.g.
+                ``{"id": "a", "role": "solver"}`` or
+                ``{"id": "f", "kind": "function", "function": "pkg.mod:fn"}``.
+            edges: who reads whose output, each ``(source, target)``,
+                ``(source, target, label)``, ``"source -> target"``, a dict of
+                :class:`EdgeSpec` fields or an :class:`EdgeSpec`.
+            validate: also run :meth:`validate` (roles from the role library,
+                known LLM names, a ``function`` on every function and tool
+                node, a known ``final``,
+                ``rounds`` for a cyclic graph). The structural checks below run
+                either way.
+            **fields: any other :class:`GraphSpec` field: ``rounds``, ``final``,
+                ``llms``, ``budget``, ``meta``, ``description``.
+
+        Returns:
+            A new :class:`Graph` whose spec holds ``nodes`` and ``edges`` in
+            the given order (each node and edge copied).
+
+        Raises:
+            SpecError: naming the field path of the first problem: a node or
+                edge that is not valid (``nodes[1].kind``, ``edges[0]``), an
+                unknown keyword (``bogus: unknown field``), a duplicate node id
+                or edge, an edge to an unknown node, and with ``validate`` any
+                problem :meth:`validate` finds (unknown role or LLM, a cycle
+                without ``rounds``, no nodes at all).
+            TypeError: ``nodes`` or ``edges`` is not iterable.
+
+        Example::
+
+            Graph.build(
+                "review",
+                [{"id": "coder", "role": "coder"}, {"id": "tester", "role": "tester"}],
+                ["coder -> tester"],
+            )
         """
         node_specs: list[NodeSpec] = []
         for i, n in enumerate(nodes):
@@ -339,7 +384,7 @@ class Graph:
         """
         kept = {tuple(e) for e in edges_kept}
         have = set(self.edges)
-        unknown = sorted(kept - have)  # type: ignore[operator]
+        unknown = sorted(kept - have)
         if unknown:
             a, b = unknown[0]
             raise SpecError(

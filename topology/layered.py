@@ -28,7 +28,11 @@ agent, agents whose output never reaches the final agent, too many agents).
 Nothing else escapes for any input string: the text is length-capped,
 loading is bounded in size and depth (alias bombs, self-referencing
 structures, deep nesting), and Python-object tags are refused.
-"""
+
+This module is long because it is one job, the four-stage parser and the
+topology it yields: every stage's checks name the path of the offending item
+(``layers[i][j].ref[k]``), and the conversion to a Graph reports its errors at
+those same paths, so the two are kept side by side."""
 
 from __future__ import annotations
 
@@ -82,6 +86,8 @@ _NAME_RE = re.compile(NODE_ID_PATTERN)
 _FENCE_OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([A-Za-z0-9_+.\-]*)")
 _LAYERS_LINE = re.compile(r"^[ \t]*layers[ \t]*:", re.MULTILINE)
 _PREFIX_LINE = re.compile(r"^[ \t]*difficulty[ \t]*:")
+# A path of the spec a topology converts to: "nodes[3].id", "edges[0].source".
+_SPEC_PATH = re.compile(r"\b(nodes|edges)\[(\d+)\](?:\.(\w+))?")
 
 
 # ---------------------------------------------------------------------------
@@ -133,14 +139,69 @@ class LayeredTopology(BaseModel):
 
     def edge_pairs(self) -> list[tuple[str, str]]:
         """``(ref, agent)`` pairs, layer by layer, each once."""
-        out: list[tuple[str, str]] = []
+        return [pair for pair, _ in self._edge_origins()]
+
+    def _edge_origins(self) -> list[tuple[tuple[str, str], str]]:
+        """Each edge of :meth:`edge_pairs` with the path of the ref it comes from (``layers[i][j].ref[k]``)."""
+        out: list[tuple[tuple[str, str], str]] = []
         seen: set[tuple[str, str]] = set()
-        for a in self.agents:
-            for r in a.ref:
-                if (r, a.name) not in seen:
-                    seen.add((r, a.name))
-                    out.append((r, a.name))
+        for i, layer in enumerate(self.layers):
+            for j, a in enumerate(layer):
+                for k, r in enumerate(a.ref):
+                    if (r, a.name) not in seen:
+                        seen.add((r, a.name))
+                        out.append(((r, a.name), f"layers[{i}][{j}].ref[{k}]"))
         return out
+
+    def _cycle_ref(self) -> str | None:
+        """The path of the first ref that closes a cycle (a ref back to an agent that reads this one), if any."""
+        readers: dict[str, set[str]] = {}
+        for r, name in self.edge_pairs():
+            readers.setdefault(r, set()).add(name)
+        for i, layer in enumerate(self.layers):
+            for j, a in enumerate(layer):
+                for k, r in enumerate(a.ref):
+                    reached, stack = {a.name}, [a.name]
+                    while stack:
+                        for nxt in readers.get(stack.pop(), ()):
+                            if nxt not in reached:
+                                reached.add(nxt)
+                                stack.append(nxt)
+                    if r in reached:
+                        return f"layers[{i}][{j}].ref[{k}]"
+        return None
+
+    def _in_layers(self, err: SpecError) -> SpecError:
+        """``err`` about the generated spec, with its paths rewritten as paths of this topology.
+
+        The spec's ``nodes[k]`` is the k-th agent, layer by layer
+        (``layers[i][j]``, its ``id`` the agent's ``name``; its ``template``
+        and ``llm`` are the ``task_template`` and ``llm`` given for all
+        agents), and ``edges[k]`` comes from one ref of an agent.
+        """
+        positions = [f"layers[{i}][{j}]" for i, layer in enumerate(self.layers) for j in range(len(layer))]
+        origins = self._edge_origins()
+
+        def rewrite(m: re.Match[str]) -> str:
+            kind, k, field = m.group(1), int(m.group(2)), m.group(3)
+            if kind == "nodes" and k < len(positions):
+                if field in ("template", "llm"):
+                    return "task_template" if field == "template" else "llm"
+                if field is None:
+                    return positions[k]
+                return f"{positions[k]}.{'name' if field == 'id' else field}"
+            if kind == "edges" and k < len(origins):
+                ref_path = origins[k][1]
+                if field == "target":
+                    return f"{ref_path.rsplit('.ref[', 1)[0]}.name"
+                return ref_path
+            return m.group(0)
+
+        path = _SPEC_PATH.sub(rewrite, err.path)
+        if path == "rounds" and "cycle" in err.message:
+            # A layered topology declares no rounds: the fault is the ref that closes the cycle.
+            path = self._cycle_ref() or path
+        return type(err)(path, _SPEC_PATH.sub(rewrite, err.message))
 
     def check(
         self, allowed_roles: Iterable[str] = CONDUCTOR_ROLES, max_agents: int | None = None
@@ -176,31 +237,35 @@ class LayeredTopology(BaseModel):
         agent is the graph's ``final``. ``task_template`` becomes every node's
         ``template``; ``llms`` defaults to ``{llm: "embedded"}``.
         """
-        try:
-            nodes = [
-                NodeSpec(
-                    id=a.name,
-                    role=canonical_role(a.role),
-                    llm=self.llm,
-                    template=task_template,
-                    meta={"layer": i, "conductor_role": a.role},
-                )
-                for i, layer in enumerate(self.layers)
-                for a in layer
-            ]
-        except ValidationError as exc:
-            raise spec_error_from_validation(exc, NodeSpec, prefix=("nodes", 0)) from None
+        nodes: list[NodeSpec] = []
+        for i, layer in enumerate(self.layers):
+            for a in layer:
+                try:
+                    node = NodeSpec(
+                        id=a.name,
+                        role=canonical_role(a.role),
+                        llm=self.llm,
+                        template=task_template,
+                        meta={"layer": i, "conductor_role": a.role},
+                    )
+                except ValidationError as exc:
+                    prefix = ("nodes", len(nodes))
+                    raise self._in_layers(spec_error_from_validation(exc, NodeSpec, prefix=prefix)) from None
+                nodes.append(node)
         meta: dict[str, Any] = {"source": "agentconductor"}
         if self.difficulty is not None:
             meta["difficulty"] = self.difficulty
-        return GraphSpec(
-            name=name,
-            llms=dict(llms) if llms is not None else {self.llm: "embedded"},
-            nodes=nodes,
-            edges=[EdgeSpec(source=s, target=t) for s, t in self.edge_pairs()],
-            final=self.final,
-            meta=meta,
-        )
+        try:
+            return GraphSpec(
+                name=name,
+                llms=dict(llms) if llms is not None else {self.llm: "embedded"},
+                nodes=nodes,
+                edges=[EdgeSpec(source=s, target=t) for s, t in self.edge_pairs()],
+                final=self.final,
+                meta=meta,
+            )
+        except ValidationError as exc:
+            raise self._in_layers(spec_error_from_validation(exc, GraphSpec)) from None
 
     def to_graph(
         self,
@@ -209,8 +274,16 @@ class LayeredTopology(BaseModel):
         llms: Mapping[str, str] | None = None,
         name: str = "agentconductor",
     ) -> Graph:
-        """The topology as a validated :class:`~societas.topology.graph.Graph` (see :meth:`to_graph_spec`)."""
-        return Graph(self.to_graph_spec(task_template, llms=llms, name=name))
+        """The topology as a validated :class:`~societas.topology.graph.Graph` (see :meth:`to_graph_spec`).
+
+        Raises :class:`SpecError` naming the place of the problem in this
+        topology (``layers[1][0].ref[2]``), not in the generated spec.
+        """
+        spec = self.to_graph_spec(task_template, llms=llms, name=name)
+        try:
+            return Graph(spec)
+        except SpecError as exc:
+            raise self._in_layers(exc) from None
 
     def to_yaml(self) -> str:
         """The topology in the orchestrator's own format (one flow mapping per agent)."""

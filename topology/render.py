@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import networkx as nx
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -28,13 +29,22 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 
 from .graph import Graph, topological_layers_of
-from .trace import Trace
+from .trace import NodeKind, Trace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["graph_to_mermaid", "render_graph_png", "render_trace_png", "trace_to_mermaid"]
+__all__ = [
+    "Direction",
+    "graph_to_mermaid",
+    "layout_positions",
+    "render_graph_png",
+    "render_trace_png",
+    "trace_to_mermaid",
+]
 
-_DIRECTIONS = ("TD", "TB", "BT", "LR", "RL")
+Direction = Literal["TD", "TB", "BT", "LR", "RL"]
+"""A Mermaid flowchart direction: top-down (``TD``, ``TB``), bottom-up, left-right, right-left."""
+_DIRECTIONS: tuple[str, ...] = get_args(Direction)
 # Words Mermaid's flowchart grammar treats specially; used as ids they break the chart.
 _MERMAID_RESERVED = {
     "end", "graph", "flowchart", "subgraph", "style", "classdef", "class", "click",
@@ -98,7 +108,7 @@ def _second_line(kind: str, role: str | None) -> str:
     return role if role else kind
 
 
-def graph_to_mermaid(graph: Graph, *, direction: str = "TD") -> str:
+def graph_to_mermaid(graph: Graph, *, direction: Direction = "TD") -> str:
     """A Mermaid flowchart of ``graph``: one node per spec node (``id<br/>role``), one arrow per edge."""
     d = _check_direction(direction)
     ids = _mermaid_ids(graph.nodes)
@@ -116,7 +126,7 @@ def graph_to_mermaid(graph: Graph, *, direction: str = "TD") -> str:
 
 @dataclass
 class _TraceNode:
-    kind: str
+    kind: NodeKind
     role: str | None
     calls: int = 0
 
@@ -161,7 +171,7 @@ def _calls_text(n: int) -> str:
     return f"{n} call" if n == 1 else f"{n} calls"
 
 
-def trace_to_mermaid(trace: Trace, graph: Graph | None = None, *, direction: str = "TD") -> str:
+def trace_to_mermaid(trace: Trace, graph: Graph | None = None, *, direction: Direction = "TD") -> str:
     """A Mermaid flowchart of a run: edges labelled with the tokens they carried, nodes with their calls.
 
     With ``graph``, its edges that carried nothing are drawn dotted and its
@@ -196,7 +206,7 @@ def trace_to_mermaid(trace: Trace, graph: Graph | None = None, *, direction: str
 @dataclass
 class _DrawNode:
     label: str
-    kind: str
+    kind: NodeKind
     final: bool = False
 
 
@@ -209,7 +219,7 @@ class _DrawEdge:
     dashed: bool = False
 
 
-def _positions(
+def layout_positions(
     layers: list[list[str]], links: set[tuple[str, str]] | None = None
 ) -> dict[str, tuple[float, float]]:
     """Layers left to right, the nodes of a layer spread and centred on y.
@@ -246,7 +256,7 @@ def _draw(
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pos = _positions(layers, {(e.source, e.target) for e in edges})
+    pos = layout_positions(layers, {(e.source, e.target) for e in edges})
     xs0 = [p[0] for p in pos.values()] or [0.0]
     ys0 = [p[1] for p in pos.values()] or [0.0]
     span_x = max(xs0) - min(xs0) + 1.0

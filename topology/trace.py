@@ -9,9 +9,15 @@ read; it is also the record a researcher inspects afterwards.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Literal
+
+__all__ = ["NodeKind", "Trace", "TraceEvent", "TraceTotals"]
+
+NodeKind = Literal["agent", "function", "tool"]
+"""What a node is: an LLM ``agent``, or Python code run as a ``function`` or a ``tool`` node."""
 
 
 @dataclass
@@ -20,7 +26,7 @@ class TraceEvent:
     round: int  # round of a cyclic block (0 for acyclic nodes)
     sender: str  # node id
     receivers: list[str]  # node ids this output is delivered to
-    kind: str  # "agent" | "function" | "tool"
+    kind: NodeKind
     role: str | None
     prompt: list[dict[str, str]]  # chat turns as sent (empty for functions)
     output: str
@@ -81,10 +87,6 @@ class Trace:
     def by_sender(self, node_id: str) -> list[TraceEvent]:
         return [e for e in self.events if e.sender == node_id]
 
-    def last_output(self, node_id: str) -> str | None:
-        evs = self.by_sender(node_id)
-        return evs[-1].output if evs else None
-
     def totals(self) -> TraceTotals:
         agent_events = [e for e in self.events if e.kind == "agent"]
         return TraceTotals(
@@ -117,7 +119,7 @@ class Trace:
         return path
 
     @classmethod
-    def load_jsonl(cls, path: str | Path) -> "Trace":
+    def load_jsonl(cls, path: str | Path) -> Trace:
         meta: dict[str, Any] = {}
         events: list[TraceEvent] = []
         with Path(path).open(encoding="utf-8") as f:

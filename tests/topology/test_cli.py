@@ -14,7 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "topology", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "societas.topology", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -9,7 +9,10 @@ from societas.agents.sandbox import Sandbox
 from societas.topology.coding import OUTCOMES, assemble_program, grade_code, humaneval_split, humaneval_tasks
 from societas.topology.patterns import Conductor
 
-GOOD_YAML = "```yaml\nlayers:\n  - - {name: plan, role: planning, ref: []}\n  - - {name: code, role: coding, ref: [plan]}\n  - - {name: test, role: testing, ref: [code]}\n```"
+GOOD_YAML = (
+    "```yaml\nlayers:\n  - - {name: plan, role: planning, ref: []}\n"
+    "  - - {name: code, role: coding, ref: [plan]}\n  - - {name: test, role: testing, ref: [code]}\n```"
+)
 
 
 @pytest.fixture(scope="module")

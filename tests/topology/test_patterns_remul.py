@@ -232,7 +232,7 @@ def test_balanced_reward_without_reference_for_the_task_fails_clearly():
 
 
 def test_speaker_without_answer_scores_zero_and_yaml_round_trip():
-    g = Graph.from_yaml(speaker_listeners((0.5,), 2).to_yaml())
+    g = Graph.from_yaml_text(speaker_listeners((0.5,), 2).to_yaml())
     res = Runtime(g, llm=_remul_llm("Line 1: hmm.\nLine 2: hmm.\nLine 3: still unsure.")).run("q")
     out = RemulOutcome.from_result(res)
     assert out.speaker_answer is None and out.matches == 0 and out.reward == 0.0
@@ -245,8 +245,8 @@ def test_speaker_without_answer_scores_zero_and_yaml_round_trip():
 
 def test_early_answering_aoc_hand_values():
     five = (0.2, 0.4, 0.6, 0.8, 1.0)
-    assert early_answering_aoc({f: 1.0 for f in five}) == pytest.approx(0.0)
-    assert early_answering_aoc({f: 0.0 for f in five}) == pytest.approx(1.0)
+    assert early_answering_aoc(dict.fromkeys(five, 1.0)) == pytest.approx(0.0)
+    assert early_answering_aoc(dict.fromkeys(five, 0.0)) == pytest.approx(1.0)
     # only the full reasoning gives the answer: AUC = 0.2 * (0 + 1) / 2 = 0.1, over a range of 0.8
     step = {0.2: 0.0, 0.4: 0.0, 0.6: 0.0, 0.8: 0.0, 1.0: 1.0}
     assert early_answering_aoc(step) == pytest.approx(1 - 0.1 / 0.8)

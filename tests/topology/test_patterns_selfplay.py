@@ -10,21 +10,24 @@ from fractions import Fraction
 import pytest
 
 from societas.agents import FunctionLLM
+from societas.agents.parsers import answers_match, extract_final_answer
 from societas.topology.graph import Graph
+from societas.topology.patterns.arithmetic import (
+    arithmetic_word_problem_task,
+    find_arithmetic_expressions,
+    safe_eval_arithmetic,
+    verify_arithmetic,
+)
 from societas.topology.patterns.selfplay import (
     STATE_KEY,
     ProposerSolverOutcome,
     answer_leaks,
-    arithmetic_word_problem_task,
     difficulty_reward,
-    find_arithmetic_expressions,
     format_score,
     parse_proposal,
     proposer_reward,
     proposer_solver,
     proposer_solver_functions,
-    safe_eval_arithmetic,
-    verify_arithmetic,
 )
 from societas.topology.runtime import Runtime
 
@@ -220,7 +223,7 @@ def test_unparsable_proposal_passes_raw_text_and_records_failure():
 
 def test_arithmetic_check_in_outcome_and_yaml_round_trip():
     prop = "Question: A shop sells 6 * (3 + 4) apples each day. How many apples is that?\nAnswer: {}"
-    g = Graph.from_yaml(proposer_solver(2).to_yaml())  # function refs resolve by import from YAML too
+    g = Graph.from_yaml_text(proposer_solver(2).to_yaml())  # function refs resolve by import from YAML too
     right = ProposerSolverOutcome.from_result(Runtime(g, llm=_scripted(prop.format(42), right="42")).run("t"))
     assert right.verified is True and right.k == 1 and right.reward == pytest.approx(1.0 + 0.5)
     wrong = ProposerSolverOutcome.from_result(Runtime(g, llm=_scripted(prop.format(41), right="41")).run("t"))
@@ -298,6 +301,13 @@ def test_proposer_solver_runs_on_the_embedded_model(embedded_llm):
     g = proposer_solver(2, proposer_params={"max_new_tokens": 24}, solver_params={"max_new_tokens": 12})
     res = Runtime(g, llm=embedded_llm, seed=0).run(arithmetic_word_problem_task(0))
     out = ProposerSolverOutcome.from_result(res)
-    assert out.n == 2 and 0 <= out.k <= 2
-    assert 0.0 <= out.format <= 1.0 and out.reward >= 0.0
+    # whatever the model wrote, the outcome is the grading of the run's own messages
+    assert out.format == format_score(res.outputs["proposer"][-1])
+    solvers = [n for n in g.nodes if g.node(n).role == "solver"]
+    assert out.n == len(solvers) == 2
+    assert out.solver_answers == [extract_final_answer(res.outputs[n][-1]) for n in solvers]
+    assert out.correct == [bool(out.answer) and answers_match(a, out.answer) for a in out.solver_answers]
+    assert out.k == sum(out.correct)
+    assert out.difficulty == difficulty_reward(out.k, 2)
+    assert out.reward == proposer_reward(out.difficulty, out.format)
     assert [e.batch_size for e in res.trace if e.role == "solver"] == [2, 2]

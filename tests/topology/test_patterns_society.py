@@ -9,18 +9,15 @@ import pytest
 
 from societas.agents import FunctionLLM
 from societas.topology.errors import SpecError
-from societas.topology.patterns.society import (
+from societas.topology.patterns.society import BIG_FIVE, DEFAULT_PERSONAS, Persona, society_of_thought
+from societas.topology.patterns.society_behaviours import (
     BEHAVIOURS,
-    BIG_FIVE,
-    DEFAULT_PERSONAS,
     BehaviourClassifier,
     BehaviourCounts,
     LexicalBehaviourClassifier,
     LLMBehaviourClassifier,
-    Persona,
     count_behaviours,
     parse_behaviour_labels,
-    society_of_thought,
     split_sentences,
 )
 from societas.topology.runtime import Runtime
@@ -249,7 +246,7 @@ def test_lexical_classifier_matches_hand_counts():
         "reconciliation": 0,
     }
     assert per[("physicist", 2)]["reconciliation"] == 1
-    assert per[("teacher", 1)] == {b: 0 for b in BEHAVIOURS}
+    assert per[("teacher", 1)] == dict.fromkeys(BEHAVIOURS, 0)
     pairs = [(q.asker, q.replier, q.via) for q in res.qa_pairs]
     assert pairs == [("statistician", "physicist", "name"), ("teacher", "statistician", "overlap")]
     assert res.qa_pairs[0].answer == "Statistician, I counted the baskets by rows, so I was wrong."

@@ -166,11 +166,11 @@ def test_png_of_traces(tmp_path: Path):
 
 def test_talking_layers_are_laid_on_a_circle_and_dags_in_columns():
     from societas.topology.patterns import layered, society_of_thought
-    from societas.topology.render import _positions
+    from societas.topology.render import layout_positions
 
     soc = society_of_thought(n_personas=4, rounds=2)
     layers = soc.topological_layers()
-    pos = _positions(layers, set(soc.edges))
+    pos = layout_positions(layers, set(soc.edges))
     personas = layers[0]
     assert len(personas) == 4
     xs = {round(pos[p][0], 6) for p in personas}
@@ -180,5 +180,5 @@ def test_talking_layers_are_laid_on_a_circle_and_dags_in_columns():
     assert len(radii) == 1  # all on one circle
     assert pos["aggregator"][0] > max(pos[p][0] for p in personas)
     dag = layered([["planner"], ["coder"] * 3, ["tester"]])
-    dpos = _positions(dag.topological_layers(), set(dag.edges))
+    dpos = layout_positions(dag.topological_layers(), set(dag.edges))
     assert {dpos[n][0] for n in dag.topological_layers()[1]} == {1.0}

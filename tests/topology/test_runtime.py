@@ -4,10 +4,13 @@ function nodes, seeds and traces — checked with scripted FunctionLLMs."""
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from societas.agents import FunctionLLM
+from societas.agents import FunctionLLM, UnknownLLM
 from societas.topology.graph import Graph
 from societas.topology.patterns import chain, debate, layered, star
 from societas.topology.runtime import NodeContext, NodeError, Runtime
@@ -200,8 +203,65 @@ def test_trace_jsonl_round_trip(tmp_path):
 
 def test_unresolvable_llm_uri_is_reported():
     g = Graph.build("u", [{"id": "a", "role": "solver"}], llms={"default": "function:nowhere_module:fn"})
-    with pytest.raises(Exception, match="nowhere_module"):
+    with pytest.raises(
+        UnknownLLM, match="cannot import nowhere_module:fn .*No module named 'nowhere_module'"
+    ):
         Runtime(g)
+
+
+def _comparable(res):
+    """A run's observable result, without wall-clock timings."""
+    events = [{k: v for k, v in e.to_dict().items() if k != "latency_s"} for e in res.trace]
+    meta = {k: v for k, v in res.trace.meta.items() if k != "wall_s"}
+    return {"output": res.output, "outputs": res.outputs, "state": res.state, "meta": meta, "events": events}
+
+
+def test_two_threads_share_one_runtime_and_get_their_sequential_traces():
+    # A debate block feeding a function node and a judge: rounds, function
+    # state, trace access and seeds all take part in what each run records.
+    g = Graph.build(
+        "threads",
+        [
+            {"id": "a", "role": "solver"},
+            {"id": "b", "role": "solver"},
+            {"id": "tally", "kind": "function", "function": "tally"},
+            {"id": "judge", "role": "aggregator"},
+        ],
+        [("a", "b"), ("b", "a"), ("a", "tally"), ("b", "tally"), ("tally", "judge")],
+        rounds=2,
+    )
+    barrier = threading.Barrier(2)
+    interleave = threading.Event()
+    waited = threading.local()
+
+    def reply(messages, params):
+        # Each thread's first call waits for the other thread's, so both runs
+        # are in flight at once; the sleep hands the interpreter back and forth.
+        if interleave.is_set() and not getattr(waited, "done", False):
+            waited.done = True
+            barrier.wait(timeout=10)
+        time.sleep(0.002)
+        return f"seed={params.seed} " + " ".join(messages[-1]["content"].split()[:3])
+
+    def tally(ctx: NodeContext) -> str:
+        ctx.state["tallies"] = ctx.state.get("tallies", 0) + 1
+        return f"{len(ctx.trace)} events; inputs {sorted(ctx.inputs)}"
+
+    rt = Runtime(g, llm=FunctionLLM(reply), functions={"tally": tally}, seed=7)
+    jobs = [(("alpha task", "beta task"), [101, 202]), (("gamma task",), None)]
+    expected = [[_comparable(r) for r in rt.run_many(tasks, seeds=seeds)] for tasks, seeds in jobs]
+    agent_outputs = [
+        e["output"] for runs in expected for r in runs for e in r["events"] if e["kind"] == "agent"
+    ]
+    assert agent_outputs and not any(o.startswith("seed=None") for o in agent_outputs)  # seeds are observable
+
+    before = dict(vars(rt))
+    interleave.set()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(rt.run_many, tasks, seeds=seeds) for tasks, seeds in jobs]
+        got = [[_comparable(r) for r in f.result(timeout=30)] for f in futures]
+    assert got == expected
+    assert vars(rt) == before  # a run leaves nothing behind on the Runtime
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from societas.agents.llm.base import SamplingParams
-from societas.topology.errors import SpecError
+from societas.topology.errors import SpecError, format_path
 from societas.topology.graph import Graph, GraphMetrics, topological_layers_of
-from societas.topology.spec import EdgeSpec, GraphSpec, NodeSpec, format_path
+from societas.topology.spec import EdgeSpec, GraphSpec, NodeSpec
 
 DEBATE_YAML = """
 name: debate
@@ -73,12 +73,12 @@ def test_format_path():
 
 
 def test_yaml_and_json_round_trip_exactly():
-    spec = GraphSpec.from_yaml(DEBATE_YAML)
+    spec = GraphSpec.from_yaml_text(DEBATE_YAML)
     assert spec.nodes[0].params == {"temperature": 0.3, "stop": ["###"]}
     assert spec.edges[1] == EdgeSpec(source="b", target="a")
     assert spec.edges[3].label == "arguments"
-    assert GraphSpec.from_yaml(spec.to_yaml()) == spec
-    assert GraphSpec.from_json(spec.to_json()) == spec
+    assert GraphSpec.from_yaml_text(spec.to_yaml()) == spec
+    assert GraphSpec.from_json_text(spec.to_json()) == spec
     assert GraphSpec.model_validate(spec.to_dict()) == spec
     # Multi-line prompts are written as literal blocks, unlabelled edges in short form.
     text = spec.to_yaml()
@@ -87,22 +87,57 @@ def test_yaml_and_json_round_trip_exactly():
 
 
 def test_minimal_spec_defaults_and_compact_yaml():
-    spec = GraphSpec.from_yaml("nodes: [{id: x, role: solver}]")
+    spec = GraphSpec.from_yaml_text("nodes: [{id: x, role: solver}]")
     assert spec.name == "graph" and spec.llms == {"default": "embedded"} and spec.edges == []
     assert spec.rounds is None and spec.final is None and spec.budget.max_tokens is None
     assert spec.to_yaml() == "name: graph\nnodes:\n- id: x\n  role: solver\n"
 
 
 def test_files_by_suffix(tmp_path: Path):
-    spec = GraphSpec.from_yaml(DEBATE_YAML)
+    spec = GraphSpec.from_yaml_text(DEBATE_YAML)
     y = spec.save(tmp_path / "sub" / "g.yaml")
     j = spec.save(tmp_path / "g.json")
     assert GraphSpec.from_file(y) == spec == GraphSpec.from_file(j)
-    assert GraphSpec.from_yaml(str(y)) == spec and GraphSpec.from_json(str(j)) == spec
+    assert GraphSpec.from_yaml_file(str(y)) == spec and GraphSpec.from_json_file(str(j)) == spec
     assert Graph.from_file(y).spec == spec
+    assert Graph.from_yaml_file(y).spec == spec and Graph.from_json_file(j).spec == spec
     assert "cannot tell the format" in str(_err(GraphSpec.from_file, tmp_path / "g.txt"))
-    missing = _err(GraphSpec.from_yaml, str(tmp_path / "nope.yaml"))
-    assert "cannot read" in missing.message and "nope.yaml" in missing.message
+    assert _err(GraphSpec.from_yaml_file, tmp_path).message.startswith(f"cannot read {str(tmp_path)!r}")
+
+
+def test_files_and_texts_are_never_confused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    missing = str(tmp_path / "nope.yaml")
+    for read in (
+        GraphSpec.from_yaml_file,
+        GraphSpec.from_json_file,
+        Graph.from_yaml_file,
+        GraphSpec.from_file,
+    ):
+        with pytest.raises(FileNotFoundError, match="nope.yaml"):
+            read(missing)
+    # YAML text handed to the file method is a (missing) file name, not a document.
+    with pytest.raises(FileNotFoundError, match=r"nodes: \[\{id: a"):
+        Graph.from_yaml_file("nodes: [{id: a, role: solver}]")
+
+    assert [n.id for n in GraphSpec.from_yaml_text("nodes: [{id: a, role: solver}]").nodes] == ["a"]
+    assert Graph.from_json_text('{"nodes": [{"id": "b", "role": "solver"}]}').nodes == ["b"]
+
+    # An existing file's name handed to the text methods is not read: it is a
+    # YAML/JSON string, rejected with a pointer to the file method.
+    GraphSpec.from_yaml_text(DEBATE_YAML).save(tmp_path / "real.yaml")
+    monkeypatch.chdir(tmp_path)
+    e = _err(GraphSpec.from_yaml_text, "real.yaml")
+    assert e.message == (
+        "expected YAML text, got the string 'real.yaml', which looks like a file name; "
+        "read files with from_yaml_file"
+    )
+    assert "from_yaml_file" in _err(Graph.from_yaml_text, str(tmp_path / "real.yaml")).message
+    assert "must be a mapping" in _err(GraphSpec.from_yaml_text, "real").message
+    assert "from_json_file" in _err(GraphSpec.from_json_text, '"real.json"').message
+    with pytest.raises(
+        TypeError, match="expected YAML text \\(str\\), got PosixPath; read a file with from_yaml_file"
+    ):
+        GraphSpec.from_yaml_text(tmp_path / "real.yaml")
 
 
 # -- schema errors with paths -------------------------------------------------------
@@ -146,13 +181,13 @@ def test_files_by_suffix(tmp_path: Path):
     ],
 )
 def test_schema_errors_name_the_field(text: str, path: str, fragment: str):
-    e = _err(GraphSpec.from_yaml, text)
+    e = _err(GraphSpec.from_yaml_text, text)
     assert e.path == path, str(e)
     assert fragment in e.message, str(e)
 
 
 def test_several_errors_are_reported_together():
-    e = _err(GraphSpec.from_yaml, "nodes: [{id: a, kind: x}, {id: 1}]")
+    e = _err(GraphSpec.from_yaml_text, "nodes: [{id: a, kind: x}, {id: 1}]")
     assert e.path == "nodes[0].kind"
     assert "also 1 more error: nodes[1].id: Input should be a valid string" in e.message
 
@@ -170,15 +205,15 @@ def test_several_errors_are_reported_together():
     ],
 )
 def test_document_errors(text: str, fragment: str):
-    e = _err(GraphSpec.from_yaml, text)
+    e = _err(GraphSpec.from_yaml_text, text)
     assert e.path == ""
     assert fragment in e.message, str(e)
 
 
 def test_json_errors():
-    assert "JSON syntax error at line 1" in str(_err(GraphSpec.from_json, '{"nodes": [}'))
-    assert _err(GraphSpec.from_json, '{"nodes": [{"id": "a", "kind": 1}]}').path == "nodes[0].kind"
-    assert "must be a mapping" in str(_err(GraphSpec.from_json, "[1, 2]"))
+    assert "JSON syntax error at line 1" in str(_err(GraphSpec.from_json_text, '{"nodes": [}'))
+    assert _err(GraphSpec.from_json_text, '{"nodes": [{"id": "a", "kind": 1}]}').path == "nodes[0].kind"
+    assert "must be a mapping" in str(_err(GraphSpec.from_json_text, "[1, 2]"))
 
 
 def test_alias_bomb_is_rejected_quickly():
@@ -186,7 +221,7 @@ def test_alias_bomb_is_rejected_quickly():
     for prev, cur in zip("abcdefg", "bcdefgh", strict=True):
         bomb += f"{cur}: &{cur} [{', '.join(['*' + prev] * 10)}]\n"
     bomb += "nodes: []\nmeta: {bomb: *h}\n"
-    assert "too large" in str(_err(GraphSpec.from_yaml, bomb))
+    assert "too large" in str(_err(GraphSpec.from_yaml_text, bomb))
 
 
 def test_node_sampling_and_template_helpers():
@@ -242,32 +277,32 @@ def test_node_sampling_and_template_helpers():
     ],
 )
 def test_graph_validation_errors(text: str, path: str, message: str):
-    e = _err(Graph.from_yaml, text)
+    e = _err(Graph.from_yaml_text, text)
     assert e.path == path, str(e)
     assert message in e.message, str(e)
 
 
 def test_unknown_role_lists_known_roles_and_custom_roles_need_a_prompt():
-    e = _err(Graph.from_yaml, "nodes: [{id: a, role: wizard}]")
+    e = _err(Graph.from_yaml_text, "nodes: [{id: a, role: wizard}]")
     assert e.path == "nodes[0].role"
     assert e.message.startswith("unknown role 'wizard' (known: aggregator, algorithmic,")
-    g = Graph.from_yaml("nodes: [{id: a, role: wizard, prompt: You cast spells.}]")
+    g = Graph.from_yaml_text("nodes: [{id: a, role: wizard, prompt: You cast spells.}]")
     assert g.node("a").role == "wizard"
     # A caller may narrow the role list.
-    g2 = Graph.from_yaml("nodes: [{id: a, role: solver}]")
+    g2 = Graph.from_yaml_text("nodes: [{id: a, role: solver}]")
     with pytest.raises(SpecError, match="unknown role 'solver' \\(known: coder\\)"):
         g2.validate(known_roles=["coder"])
 
 
 def test_validate_false_skips_semantics_but_not_structure():
-    g = Graph.from_yaml("nodes: [{id: a, role: wizard}]", validate=False)
+    g = Graph.from_yaml_text("nodes: [{id: a, role: wizard}]", validate=False)
     assert g.nodes == ["a"]
     with pytest.raises(SpecError, match="duplicate id"):
-        Graph.from_yaml("nodes: [{id: a}, {id: a}]", validate=False)
+        Graph.from_yaml_text("nodes: [{id: a}, {id: a}]", validate=False)
 
 
 def test_graph_copies_its_spec():
-    spec = GraphSpec.from_yaml("nodes: [{id: a, role: solver}]")
+    spec = GraphSpec.from_yaml_text("nodes: [{id: a, role: solver}]")
     g = Graph(spec)
     spec.nodes[0].role = "coder"
     assert g.node("a").role == "solver"
@@ -278,7 +313,7 @@ def test_graph_copies_its_spec():
 
 
 def test_graph_basics_on_the_debate():
-    g = Graph.from_yaml(DEBATE_YAML)
+    g = Graph.from_yaml_text(DEBATE_YAML)
     assert g.nodes == ["a", "b", "agg", "score"]
     assert g.edges == [("a", "b"), ("b", "a"), ("a", "agg"), ("b", "agg"), ("agg", "score")]
     assert g.predecessors("agg") == ["a", "b"] and g.successors("a") == ["b", "agg"]
@@ -383,10 +418,10 @@ def test_subgraph_prunes_edges_keeps_nodes_and_final():
 
 
 def test_copy_and_yaml():
-    g = Graph.from_yaml(DEBATE_YAML)
+    g = Graph.from_yaml_text(DEBATE_YAML)
     c = g.copy()
     assert c.spec == g.spec and c is not g and c.spec is not g.spec
-    assert Graph.from_yaml(g.to_yaml()).spec == g.spec
+    assert Graph.from_yaml_text(g.to_yaml()).spec == g.spec
 
 
 def test_build_accepts_every_edge_form_and_reports_paths():

@@ -8,6 +8,7 @@
 - ``Conductor`` — AgentConductor (2602.17100)
 """
 
+from .arithmetic import arithmetic_word_problem_task, verify_arithmetic
 from .basic import chain, debate, layered, star
 from .conductor import Conductor, ConductorResult, ConductorTurn
 from .remul import (
@@ -21,23 +22,19 @@ from .remul import (
 )
 from .selfplay import (
     ProposerSolverOutcome,
-    arithmetic_word_problem_task,
     difficulty_reward,
     format_score,
     parse_proposal,
     proposer_reward,
     proposer_solver,
-    verify_arithmetic,
 )
-from .society import (
-    DEFAULT_PERSONAS,
+from .society import DEFAULT_PERSONAS, Persona, society_of_thought
+from .society_behaviours import (
     BehaviourClassifier,
     BehaviourCounts,
     LexicalBehaviourClassifier,
     LLMBehaviourClassifier,
-    Persona,
     count_behaviours,
-    society_of_thought,
 )
 
 __all__ = [

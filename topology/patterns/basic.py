@@ -9,7 +9,8 @@ given another).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..graph import Graph
 from ..spec import NodeSpec
@@ -33,7 +34,8 @@ def chain(
     ids = [f"{r}_{i + 1}" for i, r in enumerate(roles)]
     nodes = [_agent(i, r, llm, params) for i, r in zip(ids, roles)]
     edges = list(zip(ids, ids[1:]))
-    return Graph.build(name, nodes, edges, **({"llms": llms} if llms else {}))
+    kw: dict[str, Any] = {"llms": llms} if llms else {}
+    return Graph.build(name, nodes, edges, **kw)
 
 
 def star(

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from societas.agents.llm import LLM, SamplingParams, load_llm
 from societas.agents.llm.base import ChatMessage

@@ -1,5 +1,10 @@
 """Speaker/listeners: REMUL's multi-listener execution of a reasoning trace.
 
+This module is long because it is one protocol: the reasoning cuts, the
+graph's function nodes, the builder, the outcome reader and the early-
+answering metric all share the same cut convention and run-state layout, which
+would have to be kept in step across files if split.
+
 Sivakumaran et al., "Balancing Faithfulness and Performance in Reasoning via
 Multi-Listener Soft Execution" (REMUL, arXiv 2602.16154) reward a *speaker*
 for reasoning that others can follow: its reasoning is cut after 25%, 50%
@@ -602,7 +607,7 @@ def early_answering_curve(
     )
     runtime = Runtime(graph, llms={"speaker": llm, "listener": listener_llm or llm}, seed=seed)
     results = runtime.run_many(qs)
-    hits = {f: 0 for f in fr}
+    hits = dict.fromkeys(fr, 0)
     details = []
     used = 0
     for i, res in enumerate(results):
