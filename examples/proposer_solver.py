@@ -26,11 +26,8 @@ from pathlib import Path
 import torch
 
 from societas.agents import load_llm
-from societas.topology.patterns.selfplay import (
-    ProposerSolverOutcome,
-    arithmetic_word_problem_task,
-    proposer_solver,
-)
+from societas.topology.patterns.arithmetic import arithmetic_word_problem_task
+from societas.topology.patterns.selfplay import ProposerSolverOutcome, proposer_solver
 from societas.topology.render import render_trace_png
 from societas.topology.runtime import Runtime
 

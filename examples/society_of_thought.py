@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from societas.agents import load_llm
-from societas.topology.patterns.society import count_behaviours, society_of_thought
+from societas.topology.patterns.society import society_of_thought
+from societas.topology.patterns.society_behaviours import count_behaviours
 from societas.topology.render import render_trace_png
 from societas.topology.runtime import Runtime
 

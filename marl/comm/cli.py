@@ -19,7 +19,14 @@ from __future__ import annotations
 import json
 import logging
 
+import torch
 import typer
+
+from societas.marl.cli_common import fail, json_object, one_line
+from societas.marl.comm.envs import ENVS
+from societas.marl.comm.mappo import ALGOS
+from societas.marl.comm.modules import COMM_MODULES
+from societas.marl.comm.train import run_cli_training
 
 app = typer.Typer(
     add_completion=False,
@@ -32,37 +39,6 @@ app = typer.Typer(
 @app.callback()
 def _group() -> None:
     """Train multi-agent policies with learned communication (MAPPO/IPPO)."""
-
-
-def _one_line(exc: Exception) -> str:
-    """One short line for a ValueError (a pydantic ValidationError gives its first error)."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        try:
-            e = errors()[0]
-            loc = ".".join(str(x) for x in e.get("loc", ()))
-            msg = str(e.get("msg", "")).removeprefix("Value error, ")
-            return f"{loc}: {msg}" if loc else msg
-        except (IndexError, KeyError, TypeError):  # not a pydantic error list: use the text
-            pass
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
-
-
-def _json_object(option: str, text: str) -> dict:
-    """The JSON object given to ``option``; exits with status 2 naming the option otherwise."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        _fail(f"{option} is not JSON: {exc.msg}")
-    if not isinstance(value, dict):
-        _fail(f"{option} must be a JSON object")
-    return value
 
 
 @app.command("comm")
@@ -89,29 +65,22 @@ def comm(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages."),
 ) -> None:
     """Train MAPPO/IPPO with a communication module and write a run directory."""
-    from .envs import ENVS
-    from .mappo import ALGOS
-    from .modules import COMM_MODULES
-    from .train import run_cli_training
-
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     if env not in ENVS:
-        _fail(f"unknown env {env!r}; known: {', '.join(ENVS)}")
+        fail(f"unknown env {env!r}; known: {', '.join(ENVS)}")
     if algo not in ALGOS:
-        _fail(f"unknown algo {algo!r}; known: {', '.join(ALGOS)}")
+        fail(f"unknown algo {algo!r}; known: {', '.join(ALGOS)}")
     if comm_name not in COMM_MODULES:
-        _fail(f"unknown comm {comm_name!r}; known: {', '.join(COMM_MODULES)}")
+        fail(f"unknown comm {comm_name!r}; known: {', '.join(COMM_MODULES)}")
     if steps < 1:
-        _fail(f"--steps must be >= 1, got {steps}")
+        fail(f"--steps must be >= 1, got {steps}")
     if threads is not None:
         if threads < 1:
-            _fail(f"--threads must be >= 1, got {threads}")
-        import torch
-
+            fail(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    kwargs = _json_object("--comm-kwargs", comm_kwargs) if comm_kwargs else {}
+    kwargs = json_object("--comm-kwargs", comm_kwargs) if comm_kwargs else {}
     try:
         res = run_cli_training(
             env=env,
@@ -128,7 +97,7 @@ def comm(
             progress=True,
         )
     except ValueError as exc:  # bad comm kwargs, device, adjacency ...
-        _fail(_one_line(exc))
+        fail(one_line(exc))
     d = res.to_dict()
     if json_out:
         typer.echo(json.dumps(d))

@@ -1,5 +1,10 @@
 """MAPPO and IPPO with a pluggable communication module, over a batched multi-agent env.
 
+This module is long because MAPPO/IPPO is one algorithm: the config, the GAE
+and PPO losses, the actor and critic networks, the rollout buffer and the
+update loop are kept together so that they can be checked line by line against
+the reference implementation.
+
 References
 ----------
 * MAPPO: Yu, Velu, Vinitsky, Gao, Wang, Bayen & Wu, "The Surprising Effectiveness
@@ -73,6 +78,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor, nn
 
+from .envs import make_env
+from .envs.base import resolve_device
 from .modules import COMM_MODULES, CommModule, CommOutput, check_comm_kwargs, make_comm
 
 logger = logging.getLogger(__name__)
@@ -222,6 +229,10 @@ class ValueNorm(nn.Module):
     """MAPPO's ValueNorm: running mean and variance of the value targets (EMA with
     ``beta``, debiased as in Adam); the critic predicts ``(R - mu) / sigma``."""
 
+    mean: Tensor
+    mean_sq: Tensor
+    debias: Tensor
+
     def __init__(self, beta: float = 0.99999, epsilon: float = 1e-5):
         super().__init__()
         self.beta, self.epsilon = beta, epsilon
@@ -284,6 +295,11 @@ class Actor(nn.Module):
     agent has its own encoder, GRU and head (the comm module is always one).
     """
 
+    action_mask: Tensor
+    agent_ids: Tensor
+    adjacency: Tensor
+    grus: nn.ModuleList | None
+
     def __init__(
         self,
         obs_sizes: list[int],
@@ -325,8 +341,10 @@ class Actor(nn.Module):
             x = self.encoders[0](torch.cat([obs, self.agent_ids.expand(b, -1, -1).to(obs.dtype)], -1))
         else:
             x = torch.stack([enc(obs[:, i, : self.obs_sizes[i]]) for i, enc in enumerate(self.encoders)], 1)
-        if not self.recurrent:
+        if self.grus is None:  # not recurrent
             return x, None
+        if rnn is None:
+            raise ValueError("a recurrent actor needs the GRU state rnn (start from initial_state())")
         if first is not None:  # reset the GRU at episode starts
             rnn = rnn * (~first).to(rnn.dtype).view(b, 1, 1)
         if self.share:
@@ -364,6 +382,8 @@ class Critic(nn.Module):
     agent's padded local observation (IPPO). Shared parameters with an agent
     one-hot, or one network per agent (``share=False``). Outputs ``[B, N]``
     in ValueNorm units."""
+
+    agent_ids: Tensor
 
     def __init__(self, input_size: int, num_agents: int, hidden: int, share: bool = True):
         super().__init__()
@@ -427,13 +447,9 @@ class MAPPO:
     """
 
     def __init__(self, config: MAPPOConfig, env=None):
-        from .envs.base import resolve_device
-
         self.config = cfg = config
         self.device = resolve_device(cfg.device)
         if env is None:
-            from .envs import make_env
-
             env = make_env(
                 cfg.env,
                 num_envs=cfg.num_envs,
@@ -501,6 +517,8 @@ class MAPPO:
 
     def _critic_input(self, obs_pad: Tensor, state: Tensor | None) -> Tensor:
         if self.centralised:
+            if state is None:
+                raise ValueError("the centralised (MAPPO) critic needs the env state")
             return state.to(self.dtype).unsqueeze(1).expand(-1, self.n, -1)
         return obs_pad
 
@@ -518,12 +536,9 @@ class MAPPO:
     def _denorm(self, v: Tensor) -> Tensor:
         return self.value_norm.denormalize(v) if self.config.value_norm else v
 
-    def policy_modules(self) -> dict[str, nn.Module]:
-        return {"actor": self.actor, "critic": self.critic, "value_norm": self.value_norm}
-
     # ------------------------------------------------------------- rollout --
     @torch.no_grad()
-    def collect(self) -> tuple[Rollout, dict[str, float]]:
+    def collect(self) -> tuple[Rollout, dict[str, float | None]]:
         cfg, T, B, N = self.config, self.config.rollout_steps, self.B, self.n
         dev, dt = self.device, self.dtype
         self.actor.train()
@@ -611,6 +626,8 @@ class MAPPO:
         envs when recurrent, into flattened ``T * B`` otherwise)."""
         if recurrent:
             T = roll.obs.shape[0]
+            if roll.rnn0 is None:
+                raise ValueError("a recurrent update needs the rollout's initial GRU state (rnn0)")
             rnn = roll.rnn0[idx]
             logps, ents = [], []
             for t in range(T):
@@ -625,7 +642,10 @@ class MAPPO:
                 ents.append(ent)
             values = self.critic(roll.critic_in[:, idx].flatten(0, 1)).view(T, len(idx), self.n)
             return torch.stack(logps), torch.stack(ents), values
-        flat = lambda x: x.flatten(0, 1)[idx]
+
+        def flat(x: Tensor) -> Tensor:
+            return x.flatten(0, 1)[idx]
+
         s = {k: flat(v) for k, v in roll.samples.items()}
         logits, _, co = self.actor(flat(roll.obs), None, None, s)
         a = flat(roll.actions)

@@ -1,5 +1,9 @@
 """Communication modules for multi-agent policies (same-time-step message passing).
 
+This module is long because it holds the seven communication modules side by
+side behind one interface and one registry, so that their differences can be
+read and compared in one place.
+
 Every module maps the agents' hidden states ``h [B, N, H]`` (and optionally an
 adjacency) to hidden states with the received messages integrated, also
 ``[B, N, H]``. A policy sits a module between its per-agent encoder and its
@@ -436,6 +440,8 @@ class GATComm(CommModule):
         )
 
     def _schedule(self, h: Tensor, a: Tensor, samples: dict | None, out: dict) -> Tensor:
+        if self.scheduler is None:
+            raise RuntimeError("_schedule needs the module built with scheduler=True")
         b, n, H = h.shape
         pair = torch.cat([h.unsqueeze(2).expand(b, n, n, H), h.unsqueeze(1).expand(b, n, n, H)], -1)
         logits = self.scheduler(pair)  # [B, N(recv), N(send), 2]

@@ -1,9 +1,13 @@
-"""Learning-curve plots for communication MARL runs (matplotlib, Agg backend).
+"""Learning-curve plots for communication MARL runs.
 
 * :func:`plot_learning_curve` — one run: mean episode return against env
   steps, with messages per step on a second axis.
 * :func:`plot_curves` — several configurations in one PNG, each the mean over
   its seeds with a +/- one standard deviation band.
+
+Figures are built with matplotlib's object-oriented API (``Figure`` and
+``savefig``): no pyplot, so no global backend is chosen here and no display is
+needed. Choosing a backend is left to command lines and scripts.
 """
 
 from __future__ import annotations
@@ -12,17 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 __all__ = ["aggregate_seeds", "plot_curves", "plot_learning_curve"]
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def aggregate_seeds(
@@ -61,10 +57,10 @@ def plot_curves(
     (one per seed), each ``[(env_steps, value), ...]``; the line is the mean
     over seeds and the band +/- one std. ``reference`` draws labelled
     horizontal lines (e.g. a published figure)."""
-    plt = _plt()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7.0, 4.6), dpi=120)
+    fig = Figure(figsize=(7.0, 4.6), dpi=120)
+    ax = fig.subplots()
     for label, runs in curves.items():
         xs, mean, std = aggregate_seeds(runs)
         if not len(xs):
@@ -87,18 +83,17 @@ def plot_curves(
         ax.legend(fontsize=7, loc="lower right", framealpha=0.85)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
     return path
 
 
 def plot_learning_curve(metrics: Sequence[Mapping], path: str | Path, *, title: str = "") -> Path:
     """One run's curve from its metrics rows (``env_steps``, ``mean_episode_return``,
     ``messages_per_step``): return on the left axis, messages per step on the right."""
-    plt = _plt()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [m for m in metrics if m.get("mean_episode_return") is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    fig = Figure(figsize=(6.4, 4.2), dpi=120)
+    ax = fig.subplots()
     if rows:
         xs = [m["env_steps"] for m in rows]
         ax.plot(
@@ -121,5 +116,4 @@ def plot_learning_curve(metrics: Sequence[Mapping], path: str | Path, *, title: 
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
     return path

@@ -24,6 +24,7 @@ rebuilds a trained :class:`~societas.marl.comm.mappo.MAPPO` from ``model.pt``.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -34,10 +35,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
+from mpe2 import simple_speaker_listener_v4
 
 from societas.marl.progress import progress_bar
 
-from .mappo import MAPPO, MAPPOConfig
+from .envs import ENVS, PettingZooBatchedEnv, make_env
+from .mappo import ALGOS, MAPPO, MAPPOConfig
+from .modules import COMM_MODULES
+from .plots import plot_learning_curve
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +89,6 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def save_checkpoint(algo: MAPPO, path: str | Path) -> Path:
     """``torch.save`` the trainer's state to ``path`` atomically."""
-    import io
-
     path = Path(path)
     buf = io.BytesIO()
     torch.save(algo.state_dict(), buf)
@@ -130,8 +134,6 @@ def evaluate(
     algo = policy if isinstance(policy, MAPPO) else load_policy(policy)
     cfg = algo.config
     if env is None:
-        from .envs import make_env
-
         env = make_env(
             cfg.env,
             num_envs=min(episodes, max_envs),
@@ -221,8 +223,6 @@ def train_comm(
     docstring). ``env`` overrides the env built from the config (tests);
     ``eval_episodes=0`` skips the greedy evaluation. ``final_return`` is the
     mean of the last ``final_window`` updates' mean episode returns."""
-    import yaml
-
     cfg = config if isinstance(config, MAPPOConfig) else MAPPOConfig.model_validate(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -265,8 +265,6 @@ def train_comm(
     else:
         ev = {"mean": None, "std": None, "episodes": 0, "messages_per_step": None}
     _atomic_write_text(out / "eval.json", json.dumps(ev, indent=2))
-
-    from .plots import plot_learning_curve
 
     plot_learning_curve(
         history,
@@ -329,10 +327,6 @@ def run_cli_training(
 ) -> TrainResult:
     """The function behind ``python -m societas.marl train comm``: validates the names
     (``ValueError`` naming the bad value and the known ones) and trains."""
-    from .envs import ENVS
-    from .mappo import ALGOS
-    from .modules import COMM_MODULES
-
     if env not in ENVS:
         raise ValueError(f"unknown env {env!r}; known: {', '.join(ENVS)}")
     if algo not in ALGOS:
@@ -374,10 +368,6 @@ def benchmark_train_throughput(
     cfg = MAPPOConfig(env="speaker_listener", comm=comm, num_envs=num_envs, device=device, seed=seed)
     env = None
     if backend == "mpe2":
-        from mpe2 import simple_speaker_listener_v4
-
-        from .envs import PettingZooBatchedEnv
-
         env = PettingZooBatchedEnv(
             lambda: simple_speaker_listener_v4.parallel_env(max_cycles=cfg.max_cycles),
             num_envs=num_envs,

@@ -8,15 +8,7 @@ its oracle and exact meta-game payoffs.
 """
 
 from .algorithms import ALGORITHMS, algorithm_names, get_algorithm, register
-from .cfr import (
-    Algorithm,
-    CFRSolver,
-    HookContext,
-    SolveResult,
-    batch_param,
-    regret_matching,
-    solve,
-)
+from .cfr import CFRSolver, SolveResult, solve
 from .evaluate import (
     BestResponse,
     Exploitability,
@@ -26,6 +18,7 @@ from .evaluate import (
     nash_conv,
     policy_value,
 )
+from .hooks import Algorithm, HookContext, batch_param, regret_matching
 from .metasolvers import (
     MetaSolver,
     get_meta_solver,

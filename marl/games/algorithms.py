@@ -29,11 +29,12 @@ Every numeric parameter accepts a scalar or one value per batch variant, so
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .cfr import Algorithm, HookContext, batch_param, regret_matching
+from .hooks import Algorithm, HookContext, batch_param, regret_matching
 
 # ------------------------------------------------------------ shared hooks --
 
@@ -488,24 +489,24 @@ def VADCFR(
     tests and short runs average earlier; with the default 500 a run of at
     most 500 iterations has an empty average, which normalises to uniform.
     """
-    p = dict(
-        base_alpha=base_alpha,
-        base_beta=base_beta,
-        volatility_sensitivity=volatility_sensitivity,
-        max_expected_instantaneous_regret=max_expected_instantaneous_regret,
-        instantaneous_regret_boost_factor=instantaneous_regret_boost_factor,
-        ewma_decay_factor=ewma_decay_factor,
-        negative_regret_cap=negative_regret_cap,
-        initial_optimism_factor=initial_optimism_factor,
-        optimism_decay_factor=optimism_decay_factor,
-        positive_policy_exponent=positive_policy_exponent,
-        base_gamma=base_gamma,
-        gamma_max=gamma_max,
-        gamma_volatility_sensitivity=gamma_volatility_sensitivity,
-        warmup_iterations=warmup_iterations,
-        stability_exponent=stability_exponent,
-        regret_magnitude_weighting_exponent=regret_magnitude_weighting_exponent,
-    )
+    p = {
+        "base_alpha": base_alpha,
+        "base_beta": base_beta,
+        "volatility_sensitivity": volatility_sensitivity,
+        "max_expected_instantaneous_regret": max_expected_instantaneous_regret,
+        "instantaneous_regret_boost_factor": instantaneous_regret_boost_factor,
+        "ewma_decay_factor": ewma_decay_factor,
+        "negative_regret_cap": negative_regret_cap,
+        "initial_optimism_factor": initial_optimism_factor,
+        "optimism_decay_factor": optimism_decay_factor,
+        "positive_policy_exponent": positive_policy_exponent,
+        "base_gamma": base_gamma,
+        "gamma_max": gamma_max,
+        "gamma_volatility_sensitivity": gamma_volatility_sensitivity,
+        "warmup_iterations": warmup_iterations,
+        "stability_exponent": stability_exponent,
+        "regret_magnitude_weighting_exponent": regret_magnitude_weighting_exponent,
+    }
     return Algorithm(name, lambda: VADRegret(p), lambda: VADPolicy(p), lambda: VADAverage(p))
 
 

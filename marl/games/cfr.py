@@ -30,105 +30,15 @@ number (Zinkevich et al., 2007).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from .algorithms import get_algorithm
 from .evaluate import Exploitability, evaluate
+from .hooks import Algorithm, AverageHook, HookContext, PolicyHook, RegretHook
 from .tree import GameTree, load_game
-
-
-@dataclass
-class HookContext:
-    """What a hook may read about the player it updates."""
-
-    player: int
-    iteration: int
-    legal: torch.Tensor  # [I_p, A] bool
-    num_actions: torch.Tensor  # [I_p]
-    inst_regret: torch.Tensor  # [B, I_p, A] this iteration's instantaneous regrets
-    batch: int
-    shared: dict = field(default_factory=dict)
-
-
-class RegretHook(Protocol):
-    def update(
-        self, cum_regret: torch.Tensor, inst_regret: torch.Tensor, ctx: HookContext
-    ) -> torch.Tensor: ...
-
-
-class PolicyHook(Protocol):
-    def update(
-        self, cum_regret: torch.Tensor, prev_policy: torch.Tensor, ctx: HookContext
-    ) -> torch.Tensor: ...
-
-
-class AverageHook(Protocol):
-    def update(
-        self,
-        cum_policy: torch.Tensor,
-        policy: torch.Tensor,
-        reach: torch.Tensor,
-        cf_reach: torch.Tensor,
-        ctx: HookContext,
-    ) -> torch.Tensor: ...
-
-
-@dataclass
-class Algorithm:
-    """A CFR variant: three hook factories and an update schedule.
-
-    Each factory is called once per player with no argument and returns the
-    hook object for that player.
-    """
-
-    name: str
-    regret: Callable[[], RegretHook]
-    policy: Callable[[], PolicyHook]
-    average: Callable[[], AverageHook]
-    alternating: bool = True
-
-    def with_schedule(self, alternating: bool) -> "Algorithm":
-        return Algorithm(self.name, self.regret, self.policy, self.average, alternating)
-
-
-def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
-    """A scalar or a ``[B]`` sequence of per-variant parameters as ``[B, 1, 1]``
-    (or a broadcastable scalar tensor) on ``ref``'s device and dtype."""
-    t = torch.as_tensor(x, dtype=ref.dtype, device=ref.device)
-    if t.dim() == 0:
-        return t
-    if t.dim() != 1 or t.shape[0] != ref.shape[0]:
-        raise ValueError(
-            f"a per-variant parameter needs one value per variant "
-            f"(B={ref.shape[0]}), got shape {tuple(t.shape)}"
-        )
-    return t.view(-1, *([1] * (ref.dim() - 1)))
-
-
-_UNIFORM: dict = {}
-
-
-def uniform_over(legal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The uniform policy over the legal slots of ``legal`` (cached per mask)."""
-    key = (id(legal), dtype)
-    hit = _UNIFORM.get(key)
-    if hit is None or hit[0] is not legal:
-        if len(_UNIFORM) > 256:
-            _UNIFORM.clear()
-        hit = (legal, legal.to(dtype) / legal.sum(-1, keepdim=True).to(dtype))
-        _UNIFORM[key] = hit
-    return hit[1]
-
-
-def regret_matching(cum_regret: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    """Regret matching: positive regrets normalised; uniform where none is positive."""
-    pos = cum_regret.clamp(min=0).mul_(legal)
-    s = pos.sum(-1, keepdim=True)
-    # where s == 0 the quotient is NaN, and the uniform branch is taken instead
-    return torch.where(s > 0, pos / s, uniform_over(legal, cum_regret.dtype))
-
 
 # ----------------------------------------------------------------- solver ----
 
@@ -160,8 +70,6 @@ class CFRSolver:
         alternating: bool | None = None,
         device: str | torch.device = "auto",
     ):
-        from .algorithms import get_algorithm
-
         self.tree = load_game(game, device) if isinstance(game, str) else game
         self.algorithm = get_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
         if alternating is not None:
@@ -244,31 +152,31 @@ class CFRSolver:
         else:
             cf_src = ws["r"]
             cf_idx = (par[:, None] * 2 * B + B + torch.arange(B, device=dev)).reshape(-1)
-        return dict(
-            table_src=table if wide else table.view(-1),
-            r_all=shaped(ws["r"], 2 * H, B),
-            r_rows=shaped(ws["r"], H, 2 * B),
-            v_rows=shaped(ws["v"], H, B),
-            pe_all=shaped(ws["pe"], H, B),
-            split=rows(tree.split_src[p], B),
-            edge=rows(tree.edge_src, B),
-            forward=forward,
-            backward=backward,
-            util_b=tree.node_utility[:, p : p + 1].expand(H, B).reshape(-1).clone(),
-            cf=(cf_src, cf_idx),
-            v_edges=rows(edges, B),
-            v_par=rows(par, B),
-            inst=flat(tree.edge_flat[edges] - sl.start * A, B),
-            r_nodes=rows(nodes, 2 * B),
-            sums=flat(tree.infoset[nodes] - sl.start, 2 * B),
-            n_is=sl.stop - sl.start,
-            g=tuple(shaped(ws[k], E, B) for k in ("g1", "g2", "g3")),
-            legal=tree.legal_mask[sl],
-            num_actions=tree.num_actions[sl],
-            policy_view=self.policy[:, sl],
-            table_view=table[sl.start * A : sl.stop * A],
-            rows_total=R,
-        )
+        return {
+            "table_src": table if wide else table.view(-1),
+            "r_all": shaped(ws["r"], 2 * H, B),
+            "r_rows": shaped(ws["r"], H, 2 * B),
+            "v_rows": shaped(ws["v"], H, B),
+            "pe_all": shaped(ws["pe"], H, B),
+            "split": rows(tree.split_src[p], B),
+            "edge": rows(tree.edge_src, B),
+            "forward": forward,
+            "backward": backward,
+            "util_b": tree.node_utility[:, p : p + 1].expand(H, B).reshape(-1).clone(),
+            "cf": (cf_src, cf_idx),
+            "v_edges": rows(edges, B),
+            "v_par": rows(par, B),
+            "inst": flat(tree.edge_flat[edges] - sl.start * A, B),
+            "r_nodes": rows(nodes, 2 * B),
+            "sums": flat(tree.infoset[nodes] - sl.start, 2 * B),
+            "n_is": sl.stop - sl.start,
+            "g": tuple(shaped(ws[k], E, B) for k in ("g1", "g2", "g3")),
+            "legal": tree.legal_mask[sl],
+            "num_actions": tree.num_actions[sl],
+            "policy_view": self.policy[:, sl],
+            "table_view": table[sl.start * A : sl.stop * A],
+            "rows_total": R,
+        }
 
     def _workspace(self) -> dict:
         """Buffers reused by every sweep: allocating (and page-faulting) fresh
@@ -278,18 +186,18 @@ class CFRSolver:
             tree = self.tree
             B = self.batch
             H = tree.num_nodes
-            kw = dict(dtype=tree.dtype, device=tree.device)
+            dt, dev = tree.dtype, tree.device
             widest = max((hi - lo for lo, hi in tree.level_bounds), default=1)
             most_edges = max((e.numel() for e in tree.player_edges), default=1)
-            ws = dict(
-                r=torch.empty(H * 2 * B, **kw),
-                pe=torch.empty(H * B, **kw),
-                v=torch.empty(H * B, **kw),
-                tmp=torch.empty(widest * 2 * B, **kw),
-                g1=torch.empty(most_edges * B, **kw),
-                g2=torch.empty(most_edges * B, **kw),
-                g3=torch.empty(most_edges * B, **kw),
-            )
+            ws = {
+                "r": torch.empty(H * 2 * B, dtype=dt, device=dev),
+                "pe": torch.empty(H * B, dtype=dt, device=dev),
+                "v": torch.empty(H * B, dtype=dt, device=dev),
+                "tmp": torch.empty(widest * 2 * B, dtype=dt, device=dev),
+                "g1": torch.empty(most_edges * B, dtype=dt, device=dev),
+                "g2": torch.empty(most_edges * B, dtype=dt, device=dev),
+                "g3": torch.empty(most_edges * B, dtype=dt, device=dev),
+            }
             self._ws = ws
         return ws
 
@@ -389,7 +297,7 @@ class CFRSolver:
         eval_every: int | None = None,
         eval_at: list[int] | None = None,
         callback: Callable[[int, Exploitability], None] | None = None,
-    ) -> "SolveResult":
+    ) -> SolveResult:
         """Run ``iterations`` more iterations; evaluate the average policy at the
         listed iterations (or every ``eval_every``) and at the end."""
         checkpoints = set(eval_at or [])
@@ -402,6 +310,7 @@ class CFRSolver:
         curve: list[tuple[int, list[float]]] = []
         t0 = time.perf_counter()
         solve_time = 0.0
+        ev: Exploitability | None = None
         while self.iteration < end:
             s0 = time.perf_counter()
             self.step()
@@ -411,7 +320,10 @@ class CFRSolver:
                 curve.append((self.iteration, ev.exploitability.tolist()))
                 if callback is not None:
                     callback(self.iteration, ev)
-        ev = self.evaluate()
+        # The last iteration is always a checkpoint, so its evaluation is the
+        # final one; only a run of zero iterations still needs one.
+        if ev is None:
+            ev = self.evaluate()
         return SolveResult(
             game=self.tree.game,
             algorithm=self.algorithm.name,

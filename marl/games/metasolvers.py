@@ -1,5 +1,9 @@
 """Meta-solvers for PSRO: from a meta-game to one distribution per player.
 
+This module is long because it gathers the PSRO meta-solvers behind one
+interface and one registry, with the shared payoff and simplex helpers they
+are built from, so that they can be read and compared in one place.
+
 A *meta-game* is the normal-form game whose strategies are the members of the
 players' PSRO populations: ``meta_games[p]`` is player ``p``'s payoff tensor of
 shape ``(n_0, ..., n_{N-1})`` (one entry per joint profile of population
@@ -67,6 +71,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.optimize import linprog
 
 __all__ = [
     "META_SOLVERS",
@@ -149,7 +154,7 @@ class _Averager:
 
     def __init__(self, window: int | None):
         self.window = window
-        self.total = None
+        self.total: list[np.ndarray] | None = None
         self.buffer: list = []
         self.count = 0
 
@@ -169,6 +174,8 @@ class _Averager:
 
     def average(self) -> list[np.ndarray]:
         if self.window is None:
+            if self.total is None:
+                raise ValueError("no strategies to average: append() was never called")
             return [t / self.count for t in self.total]
         n = len(self.buffer)
         return [sum(b[p] for b in self.buffer) / n for p in range(len(self.buffer[0]))]
@@ -268,7 +275,7 @@ def regret_matching(
     N = len(games)
     shape = games[0].shape
     pv = _PayoffVectors(games)
-    strategies = (
+    strategies: list[np.ndarray] = (
         [np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
         if initial_strategies is not None
         else [np.ones(shape[k]) / shape[k] for k in range(N)]
@@ -304,8 +311,8 @@ def regret_matching(
             regrets[p] += V[p] - np.dot(V[p], strategies[p])
             pos = np.maximum(regrets[p], 0.0)
             tot = pos.sum()
-            uni = np.full(shape[p], 1.0 / shape[p])
-            new.append(gamma * uni + (1 - gamma) * pos / tot if tot > 0 else uni)
+            uni_p = np.full(shape[p], 1.0 / shape[p])
+            new.append(gamma * uni_p + (1 - gamma) * pos / tot if tot > 0 else uni_p)
         strategies = new
         avg.append(strategies)
     return avg.average()
@@ -314,8 +321,6 @@ def regret_matching(
 def _lp_maximin(A: np.ndarray) -> tuple[np.ndarray, float]:
     """Maximin strategy of the row player of payoff matrix ``A``:
     ``max_{x, v} v  s.t.  A^T x >= v 1,  1^T x = 1,  x >= 0``."""
-    from scipy.optimize import linprog
-
     m, n = A.shape
     c = np.zeros(m + 1)
     c[-1] = -1.0
@@ -512,7 +517,7 @@ class SHORTrainSolver(MetaSolver):
         initial_diversity_bonus_coeff=0.05,
         final_diversity_bonus_coeff=0.001,
         max_psro_iterations_for_annealing=75,
-    ):
+    ) -> None:
         self.base_solver_iterations = base_solver_iterations
         self.iterations_per_policy_scale = iterations_per_policy_scale
         self.max_solver_iterations = max_solver_iterations

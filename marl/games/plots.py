@@ -1,5 +1,9 @@
 """Convergence plots for the game solvers: exploitability against iterations,
-log-log, one line per algorithm (matplotlib, Agg backend — no display needed).
+log-log, one line per algorithm.
+
+Figures are built with matplotlib's object-oriented API (``Figure`` and
+``savefig``): no pyplot, so no global backend is chosen here and no display is
+needed. Choosing a backend is left to command lines and scripts.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 
 def log_checkpoints(iterations: int, points: int = 40) -> list[int]:
@@ -40,14 +45,10 @@ def plot_curves(
     """Write a log-log PNG of ``curves`` (label -> [(iteration, value), ...]) to
     ``path`` and return it. Labels are drawn in the order given, each with its final
     value in the legend; values <= 0 are left out (a log axis cannot show them)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    fig = Figure(figsize=(6.4, 4.4), dpi=120)
+    ax = fig.subplots()
     drawn = 0
     any_positive = False
     for label, pts in curves.items():
@@ -79,5 +80,4 @@ def plot_curves(
         ax.legend(fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    plt.close(fig)
     return path

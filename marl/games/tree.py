@@ -33,11 +33,14 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyspiel
 import torch
+from open_spiel.python import policy as os_policy
 
 from societas.marl.device import resolve_device
 
@@ -52,14 +55,6 @@ class GameTreeError(ValueError):
     """A game that the tensor-tree engine cannot handle, and why."""
 
 
-def _pyspiel():
-    try:
-        import pyspiel
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise ImportError("societas.marl.games needs OpenSpiel: pip install open-spiel") from exc
-    return pyspiel
-
-
 def cache_dir() -> Path:
     root = os.environ.get("SOCIETAS_CACHE")
     base = Path(root) if root else Path.home() / ".cache" / "societas"
@@ -72,16 +67,13 @@ def _normalise_game_string(game: str) -> str:
 
 def _openspiel_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("open_spiel")
-    except Exception:  # noqa: BLE001 - version lookup is best effort
+    except Exception:
         return "unknown"
 
 
 def load_openspiel_game(game: str):
     """Load ``game`` with OpenSpiel; simultaneous games become turn-based."""
-    pyspiel = _pyspiel()
     try:
         g = pyspiel.load_game(game)
     except Exception as exc:  # pyspiel raises a plain RuntimeError
@@ -138,7 +130,7 @@ def _too_big(game: str, max_nodes: int) -> str:
     )
 
 
-def _build_arrays(game_string: str, max_nodes: int, game=None) -> TreeArrays:
+def expand_game_tree(game_string: str, max_nodes: int, game=None) -> TreeArrays:
     """Expand a game depth first. ``game`` defaults to OpenSpiel's game for
     ``game_string``; any object with OpenSpiel's state interface works."""
     game = load_openspiel_game(game_string) if game is None else game
@@ -288,7 +280,8 @@ def _renumber(arr: TreeArrays) -> TreeArrays:
     )
 
 
-def _cache_path(game: str) -> Path:
+def cache_path(game: str) -> Path:
+    """Where the tree arrays of ``game`` are cached (keyed by game, OpenSpiel version and format)."""
     key = f"{_normalise_game_string(game)}|open_spiel={_openspiel_version()}|fmt={FORMAT_VERSION}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
     safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", _normalise_game_string(game))[:60]
@@ -298,7 +291,7 @@ def _cache_path(game: str) -> Path:
 def build_arrays(game: str, *, cache: bool = True, max_nodes: int = DEFAULT_MAX_NODES) -> TreeArrays:
     """The tree arrays of ``game``, from the disk cache when present."""
     game = _normalise_game_string(game)
-    path = _cache_path(game)
+    path = cache_path(game)
     if cache and path.exists():
         try:
             with np.load(path, allow_pickle=False) as data:
@@ -306,10 +299,10 @@ def build_arrays(game: str, *, cache: bool = True, max_nodes: int = DEFAULT_MAX_
             return TreeArrays(
                 game=str(fields.pop("game")), num_players=int(fields.pop("num_players")), **fields
             )
-        except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt
+        except Exception as exc:
             logger.warning("ignoring unreadable game cache %s (%s); rebuilding", path, exc)
     t0 = time.perf_counter()
-    arr = _renumber(_build_arrays(game, max_nodes))
+    arr = _renumber(expand_game_tree(game, max_nodes))
     logger.info(
         "built %s: %d histories, %d infosets in %.1fs",
         game,
@@ -464,19 +457,6 @@ class GameTree:
             f"depth={self.max_depth}, device={self.device})"
         )
 
-    def player_infosets(self, player: int) -> slice:
-        return self.infoset_slices[player]
-
-    def terminal_utility_nodes(self, player: int | None = None) -> torch.Tensor:
-        """Utility per node ``[H]`` (or ``[H, N]``), zero off the terminals."""
-        if player is None:
-            out = torch.zeros(self.num_nodes, self.num_players, dtype=self.dtype, device=self.device)
-            out[self.terminals] = self.utility
-            return out
-        out = torch.zeros(self.num_nodes, dtype=self.dtype, device=self.device)
-        out[self.terminals] = self.utility[:, player]
-        return out
-
     # -------------------------------------------------------------- policies
     def uniform_policy(self, batch: int = 1) -> torch.Tensor:
         pol = self.legal_mask.to(self.dtype) / self.num_actions[:, None].to(self.dtype)
@@ -499,8 +479,6 @@ class GameTree:
 
     def to_tabular_policy(self, policy: torch.Tensor, game=None):
         """An OpenSpiel ``TabularPolicy`` holding ``policy`` (``[I, A]`` or ``[1, I, A]``)."""
-        from open_spiel.python import policy as os_policy
-
         if policy.dim() == 3:
             if policy.shape[0] != 1:
                 raise ValueError(f"to_tabular_policy takes one policy, not a batch of {policy.shape[0]}")

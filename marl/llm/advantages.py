@@ -51,7 +51,7 @@ __all__ = ["gdpo_advantages", "group_ids", "grpo_advantages"]
 TRL_EPS = 1e-4
 
 
-def group_ids(keys: Sequence[Hashable]) -> torch.LongTensor:
+def group_ids(keys: Sequence[Hashable]) -> torch.Tensor:
     """Integer group ids from one hashable key per sample, numbered by first appearance.
 
     ``group_ids(["q1", "q2", "q1"])`` is ``tensor([0, 1, 0])``; grouping by hop

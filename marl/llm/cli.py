@@ -27,23 +27,22 @@ from typing import Any
 
 import typer
 import yaml
+from matplotlib.figure import Figure
 
-from societas.marl.comm.cli import _fail, _json_object, _one_line
+from societas.marl.cli_common import fail, json_object, one_line
+from societas.marl.llm.loop import TrainConfig, mean_curves, train
+from societas.marl.llm.recipes import RECIPES
+from societas.marl.llm.settings import validate_settings
+from societas.marl.llm.trainer import CheckpointError
 
 MULTI_VALUE_OPTIONS = ("--seeds",)
 
 
 def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) -> list[dict[str, float]]:
     """Held-out reward per seed (thin) and their mean (thick); returns the mean curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from societas.marl.llm.loop import mean_curves
-
     mean = mean_curves(list(runs.values()))
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
     for s, hist in runs.items():
         ev = [h for h in hist if h["kind"] == "eval"]
         ax.plot([h["step"] for h in ev], [h["reward"] for h in ev], "-", lw=1, alpha=0.6, label=f"seed {s}")
@@ -65,7 +64,6 @@ def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) ->
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return mean
 
 
@@ -75,10 +73,16 @@ def _load_config(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        _fail(f"--config {path}: {_one_line(exc)}")
+        fail(f"--config {path}: {one_line(exc)}")
     if not isinstance(data, dict) or not set(data) <= {"recipe", "train"}:
-        _fail(f"--config {path}: expected a mapping with 'recipe' and/or 'train' sections")
-    return dict(data.get("recipe") or {}), dict(data.get("train") or {})
+        fail(f"--config {path}: expected a mapping with 'recipe' and/or 'train' sections")
+    sections = []
+    for key in ("recipe", "train"):
+        section = data.get(key) or {}
+        if not isinstance(section, dict):
+            fail(f"--config {path}: {key}: expected a mapping of options, got {type(section).__name__}")
+        sections.append(dict(section))
+    return sections[0], sections[1]
 
 
 def make_command(name: str):
@@ -112,19 +116,17 @@ def make_command(name: str):
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages."),
     ) -> None:
-        from pydantic import ValidationError
-
-        from societas.marl.llm.loop import TrainConfig, train
-        from societas.marl.llm.recipes import RECIPES
-        from societas.marl.llm.trainer import CheckpointError
-
         logging.basicConfig(
             level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
         )
+        seeds = list(dict.fromkeys(seeds))  # a seed given twice is one run, not two into one directory
         recipe_kw, train_kw = _load_config(config)
         if recipe:
-            recipe_kw.update(_json_object("--recipe", recipe))
-        grpo = dict(train_kw.pop("grpo", {}) or {})
+            recipe_kw.update(json_object("--recipe", recipe))
+        grpo = train_kw.pop("grpo", None) or {}
+        if not isinstance(grpo, dict):
+            fail(f"train.grpo: expected a mapping of options, got {type(grpo).__name__}")
+        grpo = dict(grpo)
         for key, val in (
             ("lr", lr),
             ("kl_beta", kl_beta),
@@ -144,25 +146,25 @@ def make_command(name: str):
         ):
             if val is not None:
                 train_kw[key] = val
-        cls = RECIPES[name]
+        # Every setting is checked before anything runs: a bad one costs no model load.
         try:
-            rec = cls(**recipe_kw)
-        except TypeError as exc:
-            _fail(f"--recipe: {exc}")
-        except ValueError as exc:
-            _fail(f"--recipe: {_one_line(exc)}")
+            cfgs = {
+                s: validate_settings(
+                    TrainConfig, {**train_kw, "seed": s, "grpo": {**grpo, "seed": s}}, "train"
+                )
+                for s in seeds
+            }
+            rec = RECIPES[name](recipe_kw)
+        except ValueError as exc:  # SettingsError names the field: recipe.group_size, train.grpo.lr
+            fail(one_line(exc))
         root = Path(out)
         runs: dict[int, list[dict[str, Any]]] = {}
         results = []
-        for s in seeds:
-            try:
-                cfg = TrainConfig(**{**train_kw, "seed": s, "grpo": {**grpo, "seed": s}})
-            except ValidationError as exc:
-                _fail(_one_line(exc))
+        for s, cfg in cfgs.items():
             try:
                 res = train(rec, cfg, root / f"seed_{s}", resume=resume, progress=True)
             except (ValueError, FileExistsError, ImportError, CheckpointError) as exc:
-                _fail(_one_line(exc))
+                fail(one_line(exc))
             runs[s] = res.history
             results.append(res.to_dict() | {"seed": s})
         mean = plot_seeds(runs, root / "heldout.png", f"{name}: held-out reward")

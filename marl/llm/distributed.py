@@ -3,7 +3,7 @@
 :class:`RayRollouts` starts ``n_workers`` Ray actors; each builds its own
 models exactly as the training loop does in its own process (the frozen base
 from ``load_llm(model)`` and one trainable copy per recipe policy, see
-``societas.marl.llm.loop._Backend``). A call of :meth:`RayRollouts.run`::
+:class:`societas.marl.llm.backend.Backend`). A call of :meth:`RayRollouts.run`::
 
     refs     = ray.put(state dict) for each policy            (once, shared by every actor)
     shards   = episodes cut into n_workers contiguous slices  (as even as possible, order kept)
@@ -28,7 +28,8 @@ from typing import Any, Self
 
 import torch
 
-from societas.marl.llm.loop import Episode, EpisodeResult, Recipe
+from societas.marl.llm.backend import Backend, TrainConfig
+from societas.marl.llm.recipe import Episode, EpisodeResult, Recipe
 from societas.marl.llm.trainer import GRPOConfig
 
 log = logging.getLogger(__name__)
@@ -40,33 +41,31 @@ _NEEDS_RAY = "rollout_workers > 0 needs the 'ray' extra (pip install 'societas[r
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # noqa: PLC0415
     except ImportError as e:
         raise ImportError(_NEEDS_RAY) from e
     return ray
 
 
-class _Worker:
+class RolloutWorker:
     """One rollout actor: its own models (as in the loop's process) and the recipe."""
 
     def __init__(
         self, recipe: Recipe, model: str, device: str, threads: int | None, grpo: GRPOConfig | None = None
     ) -> None:
-        from societas.marl.llm.loop import TrainConfig, _Backend
-
         if threads:
             torch.set_num_threads(threads)
         self.recipe = recipe
         # The same GRPOConfig as the loop's trainers, so that the policies have the same
         # structure (LoRA adapters or not) and the state dicts they are sent load as they are.
         cfg = TrainConfig(model=model, device=device, threads=threads, grpo=grpo or GRPOConfig())
-        self.backend = _Backend(cfg, recipe)
+        self.backend = Backend(cfg, recipe)
 
     def run(
         self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None
     ) -> list[EpisodeResult]:
         if weights:
-            import ray
+            import ray  # noqa: PLC0415
 
             names = list(weights)
             for name, sd in zip(names, ray.get([weights[n] for n in names])):
@@ -133,7 +132,7 @@ class RayRollouts:
                 n_workers,
                 num_cpus,
             )
-        actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(_Worker)
+        actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(RolloutWorker)
         self._actors = [actor.remote(recipe, model, device, threads, grpo) for _ in range(n_workers)]
         # Surface model-loading errors here rather than at the first run.
         try:
@@ -185,7 +184,7 @@ class RayRollouts:
         for a in self._actors:
             try:
                 self._ray.kill(a)
-            except Exception as e:  # noqa: BLE001 - already dead
+            except Exception as e:
                 log.debug("could not kill rollout actor: %s", e)
         self._actors = []
         if self._started_ray and self._ray.is_initialized():

@@ -26,7 +26,8 @@ the same seed gives the same samples however the episodes are split.
 The run directory holds ``config.yaml`` (the resolved configuration),
 ``metrics.jsonl`` (one line per training step and per evaluation),
 ``rollouts.jsonl`` (what each episode produced), ``reward.png`` (training
-reward and held-out reward against steps), ``summary.md`` and
+reward and held-out reward against steps, redrawn at each evaluation and
+when the run ends or stops), ``summary.md`` and
 ``checkpoint/`` (every policy's weights, optimizer and RNG state with the
 loop's position, written atomically: a kill leaves the previous checkpoint
 loadable, and ``resume=True`` continues from it). A full-fine-tuning
@@ -38,7 +39,6 @@ and before each save that it fits on the disk and otherwise stops with a
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -47,22 +47,29 @@ import random
 import shutil
 import time
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from matplotlib.figure import Figure
 
-from societas.marl.llm.rollouts import TokenRecorder, TokenSample
-from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer, check_free_space
+from societas.agents.llm.base import encode_with_tokenizer
+from societas.marl.llm.advantages import group_ids
+from societas.marl.llm.backend import Backend, TrainConfig
+from societas.marl.llm.distributed import RayRollouts
+from societas.marl.llm.recipe import FROZEN, Episode, EpisodeResult, Recipe, episode_seed
+from societas.marl.llm.rollouts import TokenSample
+from societas.marl.llm.settings import validate_settings
+from societas.marl.llm.trainer import check_free_space
+from societas.marl.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "FROZEN",
     "Episode",
     "EpisodeResult",
     "Recipe",
@@ -73,122 +80,6 @@ __all__ = [
     "sample_from_completion",
     "train",
 ]
-
-FROZEN = "frozen"
-"""Key of the frozen base model in the ``llms`` mapping a recipe receives."""
-
-
-def episode_seed(seed: int, *parts: Any) -> int:
-    """A 63-bit seed derived from ``seed`` and ``parts`` (stable across processes)."""
-    import hashlib
-
-    h = hashlib.blake2b("\x1f".join(map(str, (seed, *parts))).encode(), digest_size=8)
-    return int.from_bytes(h.digest(), "little") >> 1
-
-
-@dataclass
-class Episode:
-    """One unit of rollout work: a recipe-specific ``task`` with its own ``seed``.
-
-    ``group`` is the GRPO group key of the samples it yields (usually the
-    prompt: the G episodes of one prompt share it).
-    """
-
-    task: Any
-    seed: int
-    group: str
-    index: int = 0
-
-
-@dataclass
-class EpisodeResult:
-    """What one episode produced: trainable samples with one reward row and group key each."""
-
-    samples: list[TokenSample] = field(default_factory=list)
-    rewards: list[Any] = field(default_factory=list)  # float or list[float] per sample
-    groups: list[Hashable] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)  # episode scalars, averaged in the logs
-    record: dict[str, Any] = field(default_factory=dict)  # JSON-able account of the episode
-
-    def __post_init__(self) -> None:
-        if not (len(self.samples) == len(self.rewards) == len(self.groups)):
-            raise ValueError(
-                f"an episode result needs one reward and one group per sample: {len(self.samples)} "
-                f"samples, {len(self.rewards)} rewards, {len(self.groups)} groups"
-            )
-
-
-class Recipe(ABC):
-    """A training recipe: which policies it trains, its episodes, and how one is run and rewarded.
-
-    ``run_episodes`` receives ``llms``: one LLM per name in :attr:`policies`
-    (recording token ids and log-probs) and :data:`FROZEN`, the frozen base
-    model for roles that do not train. It must not depend on how episodes
-    are batched beyond what each episode's seed fixes.
-    """
-
-    name: ClassVar[str] = "recipe"
-
-    @property
-    @abstractmethod
-    def policies(self) -> tuple[str, ...]:
-        """Names of the trainable policies."""
-
-    @abstractmethod
-    def train_episodes(self, step: int, seed: int) -> list[Episode]:
-        """The episodes of training step ``step``."""
-
-    @abstractmethod
-    def eval_episodes(self, seed: int) -> list[Episode]:
-        """The fixed held-out episodes (the same at every evaluation)."""
-
-    @abstractmethod
-    def run_episodes(
-        self, llms: Mapping[str, Any], episodes: Sequence[Episode], *, train: bool
-    ) -> list[EpisodeResult]:
-        """Run ``episodes`` (one result each, in order)."""
-
-    def trained_policies(self, step: int) -> tuple[str, ...]:
-        """The policies updated at ``step`` (all of them; override to alternate)."""
-        return self.policies
-
-    def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
-        """Supervised warm-start samples for ``step`` of the SFT stage, by policy (none by default)."""
-        return {}
-
-    def config(self) -> dict[str, Any]:
-        """The recipe's settings, written into ``config.yaml``."""
-        return {}
-
-
-class TrainConfig(BaseModel):
-    """The loop's settings (a recipe has its own)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(
-        "embedded", description="base model URI for every policy and the frozen roles (a local model)"
-    )
-    steps: int = Field(10, ge=0, description="GRPO steps")
-    sft_steps: int = Field(
-        0, ge=0, description="supervised warm-start steps before GRPO (recipes that have data)"
-    )
-    sft_lr: float = Field(5e-5, gt=0.0)
-    eval_every: int = Field(2, ge=1)
-    checkpoint_every: int = Field(0, ge=0, description="0: only at the end")
-    seed: int = 0
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default)")
-    device: str = "auto"
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    serve: str | None = Field(
-        None,
-        description="'vllm:MODEL' to generate the policies' rollouts with vLLM "
-        "(the same weights as 'model'; updated weights are pushed after every step)",
-    )
-    serve_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)"
-    )
-    rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
 
 
 @dataclass
@@ -225,8 +116,6 @@ def sample_from_completion(
     policy: str, prompt: Any, completion: Any, tokenizer: Any, group: str, meta: dict[str, Any] | None = None
 ) -> TokenSample:
     """A :class:`TokenSample` from one direct ``generate`` call (outside a Runtime graph)."""
-    from societas.agents.llm.base import encode_with_tokenizer
-
     if not completion.token_ids:
         raise ValueError("the completion has no token ids (ask a local backend, e.g. TransformersLLM)")
     lps = list(completion.logprobs) if completion.logprobs is not None else None
@@ -265,68 +154,10 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class _Backend:
-    """The models of a run: trainable policies, their serving LLMs and the frozen base."""
-
-    def __init__(self, cfg: TrainConfig, recipe: Recipe) -> None:
-        from societas.agents.llm import load_llm
-        from societas.agents.llm.transformers_llm import TransformersLLM
-
-        base = load_llm(cfg.model)
-        if not isinstance(base, TransformersLLM):
-            raise ValueError(
-                f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
-                "(use 'embedded', 'hf:PATH' or 'gguf:FILE')"
-            )
-        if cfg.device != "auto":
-            base.model.to(cfg.device)
-            base.device = torch.device(cfg.device)
-        base.model.requires_grad_(False)
-        base.model.eval()
-        self.frozen = base
-        self.tokenizer = base.tokenizer
-        self.trainers: dict[str, PolicyTrainer] = {}
-        self.serving: dict[str, Any] = {}
-        for name in recipe.policies:
-            model = copy.deepcopy(base.model)
-            model.requires_grad_(True)
-            gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
-            ref = base.model if gcfg.kl_beta > 0 else None
-            self.trainers[name] = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
-            self.serving[name] = TransformersLLM(
-                self.trainers[name].model, self.tokenizer, device=base.device, name=f"{base.name}:{name}"
-            )
-        self.vllm: dict[str, Any] = {}
-        if cfg.serve is not None:
-            if not cfg.serve.startswith("vllm:"):
-                raise ValueError(f"serve must be 'vllm:MODEL_DIR', got {cfg.serve!r}")
-            for name in recipe.policies:
-                self.vllm[name] = load_llm(cfg.serve, **cfg.serve_kwargs)
-                self.sync(name)  # the engine serves exactly the policy's weights from the start
-
-    def llms(self) -> dict[str, Any]:
-        out: dict[str, Any] = {FROZEN: self.frozen}
-        for name in self.trainers:
-            out[name] = TokenRecorder(self.vllm.get(name, self.serving[name]))
-        return out
-
-    def sync(self, name: str) -> None:
-        tr = self.trainers[name]
-        tr.sync_to(self.serving[name])
-        if name in self.vllm:
-            tr.sync_to(self.vllm[name])
-
-    def state_dicts(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {
-            n: {k: v.detach().cpu() for k, v in t.model.state_dict().items()}
-            for n, t in self.trainers.items()
-        }
-
-
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def _check_checkpoint_space(root: Path, backend: _Backend, step: int) -> None:
+def _check_checkpoint_space(root: Path, backend: Backend, step: int) -> None:
     """All policies' checkpoints go into one step directory before the previous one is
     removed, so their sum must fit beside it."""
     need = sum(tr.checkpoint_nbytes() for tr in backend.trainers.values())
@@ -334,7 +165,7 @@ def _check_checkpoint_space(root: Path, backend: _Backend, step: int) -> None:
     check_free_space(root, need, f"the checkpoint at step {step} (policies {names})")
 
 
-def _save(root: Path, backend: _Backend, loop_state: dict[str, Any]) -> Path:
+def _save(root: Path, backend: Backend, loop_state: dict[str, Any]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     _check_checkpoint_space(root, backend, loop_state["step"])
     name = f"step-{loop_state['step']:06d}-{uuid.uuid4().hex[:8]}"
@@ -359,7 +190,7 @@ def _save(root: Path, backend: _Backend, loop_state: dict[str, Any]) -> Path:
     return root / name
 
 
-def _load(root: Path, backend: _Backend) -> dict[str, Any] | None:
+def _load(root: Path, backend: Backend) -> dict[str, Any] | None:
     latest = root / "LATEST"
     if not latest.exists():
         return None
@@ -374,15 +205,14 @@ def _load(root: Path, backend: _Backend) -> dict[str, Any] | None:
 
 
 def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> None:
-    """Training reward per step and held-out reward at each evaluation."""
-    import matplotlib
+    """Training reward per step and held-out reward at each evaluation, as a PNG at ``path``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    The file is replaced atomically: a run killed while drawing leaves the previous plot.
+    """
     train = [h for h in history if h["kind"] == "train" and "reward" in h]
     evals = [h for h in history if h["kind"] == "eval"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
     if train:
         ax.plot(
             [h["step"] for h in train],
@@ -408,8 +238,12 @@ def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> N
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]], wall: float) -> str:
@@ -437,7 +271,7 @@ def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]]
 
 
 def _run(
-    recipe: Recipe, backend: _Backend, pool: Any, episodes: Sequence[Episode], train: bool
+    recipe: Recipe, backend: Backend, pool: Any, episodes: Sequence[Episode], train: bool
 ) -> list[EpisodeResult]:
     if pool is not None:
         return pool.run(episodes, train=train, weights=backend.state_dicts())
@@ -445,7 +279,7 @@ def _run(
 
 
 def _evaluate(
-    recipe: Recipe, backend: _Backend, pool: Any, cfg: TrainConfig, step: int, rollouts: Path
+    recipe: Recipe, backend: Backend, pool: Any, cfg: TrainConfig, step: int, rollouts: Path
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     eps = recipe.eval_episodes(cfg.seed)
@@ -467,8 +301,12 @@ def train(
     resume: bool = False,
     progress: bool = False,
 ) -> TrainResult:
-    """Train ``recipe``'s policies; write the run directory ``out`` (see the module docstring)."""
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig(**(config or {}))
+    """Train ``recipe``'s policies; write the run directory ``out`` (see the module docstring).
+
+    ``config`` given as a mapping is validated first: a bad value raises
+    :class:`~societas.marl.llm.settings.SettingsError` naming it (``train.grpo.lr: ...``).
+    """
+    cfg = validate_settings(TrainConfig, config, "train")
     out = Path(out)
     ckpt_root = out / "checkpoint"
     if out.exists() and any(out.iterdir()) and not resume:
@@ -481,7 +319,7 @@ def train(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t_start = time.perf_counter()
-    backend = _Backend(cfg, recipe)
+    backend = Backend(cfg, recipe)
     # Fail in seconds, not after the run: its checkpoint must fit on the disk.
     _check_checkpoint_space(out, backend, cfg.sft_steps + cfg.steps)
     pool = None
@@ -512,29 +350,40 @@ def train(
         history.append(row)
         _append_jsonl(metrics_path, [row])
 
+    plot_path, plot_title = out / "reward.png", f"{recipe.name} (seed {cfg.seed})"
+    drawn = -1  # rows of history in plot_path (-1: not drawn by this call yet)
+
+    def draw() -> None:
+        # The held-out curve changes only at evaluations, which cost far more than a drawing:
+        # redraw there and at the end, not at every step (metrics.jsonl has every step).
+        nonlocal drawn
+        if drawn != len(history):
+            plot_rewards(history, plot_path, plot_title)
+            drawn = len(history)
+
+    def evaluate(step: int) -> None:
+        log_row(_evaluate(recipe, backend, pool, cfg, step, rollouts_path))
+        draw()
+
     def checkpoint(step: int) -> None:
         _save(ckpt_root, backend, {"step": step, "history": history})
 
     total = cfg.sft_steps + cfg.steps
-    from societas.marl.progress import progress_bar
-
     bar = progress_bar(progress, field="reward")
     bar.start()
     task_id = bar.add_task(recipe.name, total=total, completed=min(start, total), reward="")
     try:
         if cfg.rollout_workers > 0:
-            from societas.marl.llm.distributed import RayRollouts
-
             pool = RayRollouts(
                 recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads, grpo=cfg.grpo
             )
         # Supervised warm start (the loop's step counter covers SFT steps first, then GRPO steps).
         if start < cfg.sft_steps:
-            for pol, tr in backend.trainers.items():
+            for tr in backend.trainers.values():
                 for g in tr.optimizer.param_groups:
                     g["lr"] = cfg.sft_lr
         if start == 0 and not any(h["kind"] == "eval" for h in history):
-            log_row(_evaluate(recipe, backend, pool, cfg, 0, rollouts_path))
+            evaluate(0)
         for step in range(start, total):
             t0 = time.perf_counter()
             row: dict[str, Any] = {"kind": "sft" if step < cfg.sft_steps else "train", "step": step + 1}
@@ -589,29 +438,30 @@ def train(
                 and ((done - cfg.sft_steps) % cfg.eval_every == 0 or done == total)
                 or done == cfg.sft_steps
             ):
-                log_row(_evaluate(recipe, backend, pool, cfg, done, rollouts_path))
+                evaluate(done)
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == total:
                 checkpoint(done)
             last_eval = [h for h in history if h["kind"] == "eval"][-1]
             bar.update(task_id, advance=1, reward=f"held-out reward {last_eval['reward']:.3f}")
-            plot_rewards(history, out / "reward.png", f"{recipe.name} (seed {cfg.seed})")
+    except BaseException:
+        # A stopped run (Ctrl-C, an error) still leaves the plot of every step it logged.
+        try:
+            draw()
+        except Exception:  # the error that stopped the run is the one to report
+            log.exception("could not draw %s", plot_path)
+        raise
     finally:
         bar.stop()
         if pool is not None:
             pool.close()
     wall = time.perf_counter() - t_start
-    plot_rewards(history, out / "reward.png", f"{recipe.name} (seed {cfg.seed})")
+    draw()
     _atomic_write(out / "summary.md", _summary(recipe, cfg, history, wall))
-    evals = [h for h in history if h["kind"] == "eval"]
-    strip = lambda e: {k: v for k, v in e.items() if k not in ("kind",)}
-    return TrainResult(
-        out, history, strip(evals[0]) if evals else {}, strip(evals[-1]) if evals else {}, wall
-    )
+    evals = [{k: v for k, v in h.items() if k != "kind"} for h in history if h["kind"] == "eval"]
+    return TrainResult(out, history, evals[0] if evals else {}, evals[-1] if evals else {}, wall)
 
 
 def _group_tensor(groups: Sequence[Hashable]) -> torch.Tensor:
-    from societas.marl.llm.advantages import group_ids
-
     return torch.as_tensor(
         group_ids([g if isinstance(g, Hashable) else repr(g) for g in groups]), dtype=torch.long
     )

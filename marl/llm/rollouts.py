@@ -34,6 +34,7 @@ completion token in one forward pass of a Hugging Face causal LM.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections import defaultdict, deque
@@ -159,7 +160,7 @@ class RoleMap:
         and that no node is claimed by two different policies (its id and its role)."""
         agent_ids = {n for n in graph.nodes if graph.node(n).kind == "agent"}
         other_ids = {n for n in graph.nodes if n not in agent_ids}
-        roles = {graph.node(n).role for n in agent_ids} - {None}
+        roles = {role for n in agent_ids if (role := graph.node(n).role) is not None}
         for k in self.assign:
             if k in other_ids:
                 raise ValueError(
@@ -308,20 +309,20 @@ def _completion_of(
             )
         return ids, mask, lps, "segments"
 
-    ids = meta.get(TOKEN_IDS_KEY)
+    raw_ids = meta.get(TOKEN_IDS_KEY)
     source = "trace"
-    if not ids:
+    if not raw_ids:
         if not retokenize:
             raise MissingTokensError(
                 f"{_describe(ev, i)} has no token ids (meta['{TOKEN_IDS_KEY}']): run the graph with a "
                 "TokenRecorder-wrapped LLM that returns token ids (e.g. TransformersLLM), "
                 "or pass retokenize=True to re-tokenise the output text"
             )
-        ids = list(tokenizer.encode(ev.output, add_special_tokens=False))
+        raw_ids = list(tokenizer.encode(ev.output, add_special_tokens=False))
         source = "retokenized"
-        if not ids:
+        if not raw_ids:
             raise MissingTokensError(f"{_describe(ev, i)}: output text re-tokenises to zero tokens")
-    ids = [int(t) for t in ids]
+    ids = [int(t) for t in raw_ids]
     lps = meta.get(LOGPROBS_KEY) if source == "trace" else None
     if lps is None:
         if require_logprobs:
@@ -504,8 +505,6 @@ def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Te
     dev = next(model.parameters()).device
     kw: dict[str, Any] = {}
     try:
-        import inspect
-
         if "logits_to_keep" in inspect.signature(model.forward).parameters:
             kw["logits_to_keep"] = C + 1
     except (TypeError, ValueError):

@@ -45,6 +45,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,8 +89,6 @@ def _set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
     try:
-        import numpy as np
-
         np.random.seed(seed % (2**32))
     except ImportError:  # pragma: no cover
         pass
@@ -98,8 +97,6 @@ def _set_seed(seed: int) -> None:
 def _rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     try:
-        import numpy as np
-
         state["numpy"] = np.random.get_state()
     except ImportError:  # pragma: no cover
         pass
@@ -112,8 +109,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
-        import numpy as np
-
         np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -158,7 +153,7 @@ class PolicyTrainer:
         self.ref_model = ref_model
         if self.config.lora is not None:
             try:
-                import peft
+                import peft  # noqa: PLC0415
             except ImportError as e:
                 raise ImportError(
                     "GRPOConfig.lora needs the 'peft' package, which is not installed (pip install peft); "
@@ -312,12 +307,12 @@ class PolicyTrainer:
             self.model.train(was_training)
 
         r = rewards if rewards.dim() == 2 else rewards.unsqueeze(1)
-        w = torch.ones(r.shape[1]) if cfg.reward_weights is None else torch.tensor(cfg.reward_weights)
+        reward_w = torch.ones(r.shape[1]) if cfg.reward_weights is None else torch.tensor(cfg.reward_weights)
         metrics = dict(sums)
-        metrics["reward_mean"] = float((r * w).sum(1).mean())
+        metrics["reward_mean"] = float((r * reward_w).sum(1).mean())
         if r.shape[1] > 1:
-            for k in range(r.shape[1]):
-                metrics[f"reward_{k}_mean"] = float(r[:, k].mean())
+            for j in range(r.shape[1]):
+                metrics[f"reward_{j}_mean"] = float(r[:, j].mean())
         metrics["advantage_mean"] = float(adv.mean())
         metrics["advantage_std"] = float(adv.std()) if B > 1 else 0.0
         metrics["samples"] = float(B)
@@ -402,7 +397,7 @@ class PolicyTrainer:
 
     def _weights_state(self) -> dict[str, torch.Tensor]:
         if self.config.lora is not None:
-            import peft
+            import peft  # noqa: PLC0415
 
             return peft.get_peft_model_state_dict(self.model)
         return self.model.state_dict()
@@ -473,7 +468,7 @@ class PolicyTrainer:
         version = root / latest.read_text().strip()
         state = torch.load(version / "trainer.pt", map_location="cpu", weights_only=False)
         if self.config.lora is not None:
-            import peft
+            import peft  # noqa: PLC0415
 
             peft.set_peft_model_state_dict(self.model, state["weights"])
         else:
@@ -591,7 +586,7 @@ def _cpu_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _root_cause(exc: BaseException) -> str:
     """The first OS error in ``exc``'s chain (torch.save reports a full disk as a
     RuntimeError about file positions, raised while handling the OSError)."""
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError):
             return " ".join(str(seen).split())

@@ -42,7 +42,7 @@ from .gptswarm import (
     reinforce_update,
     sample_edges,
 )
-from .marl_env import NOBODY, RoutingMARLEnv  # noqa: E402
+from .marl_env import NOBODY, RoutingMARLEnv
 from .train import (
     RoutingConfigError,
     RoutingRunResult,

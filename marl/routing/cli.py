@@ -17,6 +17,8 @@ from typing import Any
 
 import typer
 
+from .train import RoutingConfigError, RoutingTrainConfig, train_routing
+
 __all__ = ["app", "routing_command"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -56,8 +58,6 @@ def routing_command(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Learn whom each agent messages (GPTSwarm or G-Designer) and write the run directory."""
-    from .train import RoutingConfigError, RoutingTrainConfig, train_routing
-
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

@@ -1,5 +1,10 @@
 """The routing environment: whom should each agent of a team message?
 
+This module is long because the routing environment is one simulator: task
+generation, skill profiles, episode stepping and the bridge to the graph
+Runtime all read the same fact, holder and skill arrays and must agree on them
+exactly.
+
 A team of ``N`` agents solves tasks of ``T`` types. A task of type ``t`` needs
 ``K`` facts (small integers named ``A``, ``B``, ...); its answer is an
 operation of the type over those facts (sum, max, min, range, product mod

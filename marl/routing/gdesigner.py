@@ -161,6 +161,12 @@ def _anchor(env: RoutingEnv, kind: str) -> torch.Tensor:
 class GDesignerRouter(nn.Module):
     """The task-conditioned graph policy: GNN encoder over agents + task node, edge decoder."""
 
+    mask: torch.Tensor
+    x_agents: torch.Tensor
+    anchor: torch.Tensor
+    enc_adj: torch.Tensor
+    enc_norm: torch.Tensor
+
     def __init__(self, env: RoutingEnv, config: GDesignerConfig | None = None) -> None:
         super().__init__()
         cfg = config if config is not None else GDesignerConfig()

@@ -148,6 +148,9 @@ def reinforce_update(
 class GPTSwarmRouter(nn.Module):
     """One logit per candidate edge; ``sample`` draws one graph per task (the task is not looked at)."""
 
+    mask: torch.Tensor
+    index: torch.Tensor
+
     def __init__(self, env: RoutingEnv, config: GPTSwarmConfig | None = None) -> None:
         super().__init__()
         self.config = config if config is not None else GPTSwarmConfig()

@@ -133,8 +133,8 @@ class RoutingMARLEnv(BatchedMultiAgentEnv):
         self.n_agents = n
         self.max_cycles = (n - 1) * self.rounds
         self.obs_size = k + 1 + t + 1 + 4 * n + self.rounds
-        self.observation_sizes = {a: self.obs_size for a in self.agents}
-        self.action_sizes = {a: n + 1 for a in self.agents}
+        self.observation_sizes = dict.fromkeys(self.agents, self.obs_size)
+        self.action_sizes = dict.fromkeys(self.agents, n + 1)
         self.state_size = n * self.obs_size
 
         self._ids = torch.eye(n, device=self.device, dtype=dtype)
@@ -258,7 +258,7 @@ class RoutingMARLEnv(BatchedMultiAgentEnv):
             obs_t = self._obs_tensor
         self._obs_tensor = obs_t
         flag = torch.full((b,), ended, dtype=torch.bool, device=self.device)
-        rewards = {a: reward for a in self.agents}
+        rewards = dict.fromkeys(self.agents, reward)
         return self._obs_dict(obs_t), rewards, flag, torch.zeros_like(flag), info
 
     # -- replaying edge sets and running policies -------------------------------------

@@ -34,13 +34,15 @@ from typing import Any, Literal
 
 import torch
 import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from societas.marl.device import resolve_device
 from societas.marl.progress import progress_bar
 from societas.topology import Graph, graph_to_mermaid, render_graph_png
-from societas.topology.errors import SpecError
-from societas.topology.spec import load_yaml_bounded, spec_error_from_validation
+from societas.topology.errors import SpecError, spec_error_from_validation
+from societas.topology.yaml_io import load_yaml_bounded
 
 from .env import RoutingEnv, RoutingEnvConfig, TaskBatch, run_runtime
 from .gdesigner import GDesignerConfig, GDesignerRouter
@@ -190,9 +192,6 @@ def evaluate_routing(
 
 
 def _plot_learning_curve(rows: list[dict[str, Any]], full: dict[str, float], path: Path, title: str) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     steps = [r["step"] for r in rows]
     ev = [r for r in rows if "eval_success" in r]
     fig = Figure(figsize=(10, 4))

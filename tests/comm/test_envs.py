@@ -135,10 +135,10 @@ def test_partial_auto_reset(task):
     ref = mod.parallel_env()
     ref.reset(seed=4)
     for _ in range(20):
-        ref.step({a: 0 for a in ref.agents})
+        ref.step(dict.fromkeys(ref.agents, 0))
     env.load_mpe_state(1, ref)
     assert env.steps.tolist() == [0, 20, 0]
-    for t in range(5):
+    for _ in range(5):
         obs, _, _, trunc, info = env.step(env.sample_actions())
     assert trunc.tolist() == [False, True, False]
     assert env.steps.tolist() == [5, 0, 5]
@@ -203,7 +203,7 @@ def test_load_mpe_state_checks_row():
     env = SpeakerListenerEnv(num_envs=2, device="cpu")
     ref = simple_speaker_listener_v4.parallel_env()
     ref.reset(seed=0)
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=r"row 2 out of range for num_envs=2"):
         env.load_mpe_state(2, ref)
 
 
@@ -221,8 +221,8 @@ def test_batched_parallel_env_passes_pettingzoo_api_test(task):
         obs, _, _, trunc, _ = view.step({a: view.action_space(a).sample() for a in view.agents})
         steps += 1
     assert steps == 25 and all(trunc.values())
-    with pytest.raises(RuntimeError):
-        view.step({a: 0 for a in view.possible_agents})
+    with pytest.raises(RuntimeError, match=r"step\(\) called after the episode ended; call reset\(\) first"):
+        view.step(dict.fromkeys(view.possible_agents, 0))
 
 
 @pytest.mark.parametrize("task", list(TASKS))
@@ -240,7 +240,7 @@ def test_pettingzoo_batched_env_runs_mpe2_and_matches_torch_env(task):
     for a in pz.agents:
         np.testing.assert_allclose(ours.observations()[a].numpy(), obs_pz[a].numpy(), atol=OBS_ATOL)
     gen = torch.Generator().manual_seed(1)
-    for t in range(25):
+    for _ in range(25):
         acts = pz.sample_actions(gen)
         o1, r1, te1, tr1, i1 = pz.step(acts)
         _, r2, te2, tr2, i2 = ours.step(acts)

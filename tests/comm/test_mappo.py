@@ -77,19 +77,19 @@ class BitEnv:
 
 
 def _cfg(**kw):
-    base = dict(
-        env="bit",
-        num_envs=64,
-        rollout_steps=8,
-        total_steps=64 * 8 * 40,
-        hidden_size=32,
-        critic_hidden_size=32,
-        device="cpu",
-        seed=0,
-        update_epochs=4,
-        lr=3e-3,
-        critic_lr=3e-3,
-    )
+    base = {
+        "env": "bit",
+        "num_envs": 64,
+        "rollout_steps": 8,
+        "total_steps": 64 * 8 * 40,
+        "hidden_size": 32,
+        "critic_hidden_size": 32,
+        "device": "cpu",
+        "seed": 0,
+        "update_epochs": 4,
+        "lr": 3e-3,
+        "critic_lr": 3e-3,
+    }
     base.update(kw)
     return MAPPOConfig(**base)
 
@@ -217,6 +217,12 @@ def test_recurrent_state_resets_at_episode_start():
         b, _, _ = algo.actor(obs, torch.zeros_like(rnn), first)
     torch.testing.assert_close(a[first], b[first])
     assert not torch.allclose(a[~first], b[~first])
+
+
+def test_recurrent_actor_without_state_says_so():
+    algo = MAPPO(_cfg(recurrent=True, comm="none"), env=BitEnv(4, seed=3))
+    with pytest.raises(ValueError, match="needs the GRU state rnn"):
+        algo.actor(algo._obs)
 
 
 def test_same_seed_same_run_different_seed_different_run():

@@ -69,18 +69,47 @@ def test_solve_json_matches_openspiel_cfr():
     assert 0 < out["solve_seconds"] <= out["wall_seconds"]
 
 
+def test_solve_vad_cfr_warm_start_follows_the_run_length():
+    from societas.marl.games import CFRSolver, evaluate, load_game
+    from societas.marl.games.algorithms import VADCFR
+
+    r = _run(
+        "solve",
+        "--game",
+        "kuhn_poker",
+        "--algo",
+        "vad-cfr",
+        "--iterations",
+        "200",
+        "--json",
+        "--device",
+        "cpu",
+    )
+    assert r.returncode == 0, r.stderr
+    got = _last_json(r.stdout)["exploitability"]
+    tree = load_game("kuhn_poker", "cpu")
+    # VAD-CFR averages nothing before its warm start; an empty average reads as uniform.
+    uniform = evaluate(tree, tree.uniform_policy()).exploitability.item()
+    solver = CFRSolver(tree, VADCFR(warmup_iterations=100), device="cpu")
+    for _ in range(200):
+        solver.step()
+    expected = solver.evaluate().exploitability.item()
+    assert expected < uniform / 10
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
 @pytest.mark.parametrize(
     "module,args,needle",
     [
         (("societas.marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
-        (("marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
+        (("societas.marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
         (
             ("societas.marl.games",),
             ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"],
             "foo",
         ),
         (
-            ("marl", "games"),
+            ("societas.marl", "games"),
             ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
             "bogus",
         ),
@@ -144,7 +173,7 @@ def test_table_writes_markdown_json_and_plots(tmp_path):
         "--device",
         "cpu",
         "--json",
-        module=("marl",),
+        module=("societas.marl",),
     )
     assert r2.returncode == 0, r2.stderr
     assert _last_json(r2.stdout)["exploitability"] == head["exploitability"]
@@ -215,10 +244,9 @@ def test_cfr_speed_benchmark_quick():
 
 
 def test_psro_command_json_and_errors(tmp_path):
+    import pyspiel
     from open_spiel.python import policy as os_policy
     from open_spiel.python.algorithms import exploitability
-
-    import pyspiel
 
     r = _run(
         "psro",

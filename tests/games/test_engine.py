@@ -21,8 +21,9 @@ from societas.marl.games import (
     load_openspiel_game,
     policy_value,
 )
+from societas.marl.games import cfr as cfr_module
 from societas.marl.games.algorithms import DCFR
-from societas.marl.games.tree import _build_arrays, build_arrays
+from societas.marl.games.tree import build_arrays, expand_game_tree
 
 GAMES = [
     "kuhn_poker",
@@ -203,7 +204,7 @@ def test_batch_of_dcfr_variants_equals_separate_runs():
     for i, s in enumerate(singles):
         assert torch.allclose(batched.average_policy()[i], s.average_policy()[0], atol=1e-12)
     ev = batched.evaluate()
-    assert len(set(round(x, 8) for x in ev.exploitability.tolist())) == 3
+    assert len({round(x, 8) for x in ev.exploitability.tolist()}) == 3
 
 
 def test_run_curve_and_result_fields():
@@ -213,6 +214,33 @@ def test_run_curve_and_result_fields():
     assert res.curve[-1][1][0] == pytest.approx(res.exploitability[0])
     assert res.curve[0][1][0] > res.curve[-1][1][0]
     assert res.iterations == 40 and res.solve_seconds > 0
+
+
+def test_run_evaluates_each_checkpoint_once(monkeypatch):
+    calls: list[int] = []
+    real = cfr_module.evaluate
+
+    def counting(tree, policy):
+        calls.append(s.iteration)
+        return real(tree, policy)
+
+    monkeypatch.setattr(cfr_module, "evaluate", counting)
+    s = CFRSolver("kuhn_poker", "cfr", device="cpu")
+    res = s.run(40, eval_every=10)
+    # one evaluation per checkpoint; the final iteration's is reused for the result
+    assert calls == [10, 20, 30, 40]
+    reference = CFRSolver("kuhn_poker", "cfr", device="cpu")
+    expected = []
+    for t in range(1, 41):
+        reference.step()
+        if t % 10 == 0:
+            expected.append((t, real(reference.tree, reference.average_policy()).exploitability.tolist()))
+    assert res.curve == expected
+    assert res.exploitability == expected[-1][1]
+    # a run of no iterations still evaluates the policy it has, once
+    calls.clear()
+    again = s.run(0)
+    assert calls == [40] and again.exploitability == expected[-1][1] and again.curve == []
 
 
 def test_tree_cache_roundtrip(tmp_path, monkeypatch):
@@ -292,7 +320,7 @@ class _ForgetfulGame:
 
 def test_imperfect_recall_is_refused_with_reason():
     with pytest.raises(GameTreeError, match="perfect recall"):
-        _build_arrays("forgetful", 1000, game=_ForgetfulGame())
+        expand_game_tree("forgetful", 1000, game=_ForgetfulGame())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -9,12 +9,9 @@ import inspect
 import itertools
 
 import numpy as np
+import pyspiel
 import pytest
 import torch
-
-pyspiel = pytest.importorskip("pyspiel")
-pytest.importorskip("scipy")
-
 from open_spiel.python.algorithms import (
     expected_game_score,
     policy_aggregator,

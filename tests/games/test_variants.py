@@ -12,14 +12,13 @@ iteration) and its current policy. They share no code with the tensor solver.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyspiel
 import pytest
 import torch
 
 from societas.marl.games import CFRSolver, load_game
-from societas.marl.games.algorithms import DPCFRPlus, HSPCFRPlus, PCFRPlus, VADCFR
+from societas.marl.games.algorithms import VADCFR, DPCFRPlus, HSPCFRPlus, PCFRPlus
 
 # ------------------------------------------------------- reference engine --
 

@@ -10,14 +10,8 @@ import sys
 import pytest
 import torch
 
-from societas.marl.llm.loop import (
-    Episode,
-    EpisodeResult,
-    Recipe,
-    TrainConfig,
-    _Backend,
-    episode_seed,
-)
+from societas.marl.llm.backend import Backend, TrainConfig
+from societas.marl.llm.recipe import Episode, EpisodeResult, Recipe, episode_seed
 from societas.marl.llm.rollouts import RoleMap, samples_from_trace
 
 PARAMS = {"temperature": 1.0, "max_new_tokens": 5, "min_new_tokens": 2}
@@ -115,7 +109,7 @@ def pool(ray_session, model_dir):
 def test_ray_matches_local_and_applies_weights(pool, model_dir):
     recipe = CountA()
     episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
-    backend = _Backend(TrainConfig(model=model_dir), recipe)
+    backend = Backend(TrainConfig(model=model_dir), recipe)
     local = recipe.run_episodes(backend.llms(), episodes, train=True)
     assert all(len(r.samples) == 1 for r in local)
     assert len({tuple(s.completion_ids) for r in local for s in r.samples}) > 1  # seeds differ per episode
@@ -181,14 +175,14 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
     """With LoRA, the loop's state dicts hold adapter keys; a rollout worker built
     from the same GRPOConfig loads them and samples as the loop's own policy does."""
     pytest.importorskip("peft")
-    from societas.marl.llm.distributed import _Worker
+    from societas.marl.llm.distributed import RolloutWorker
     from societas.marl.llm.trainer import GRPOConfig
 
     grpo = GRPOConfig(
         lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
     )
     recipe = CountA()
-    backend = _Backend(TrainConfig(model=model_dir, grpo=grpo), recipe)
+    backend = Backend(TrainConfig(model=model_dir, grpo=grpo), recipe)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # lora_B starts at zero: move the adapters so that they matter
         for n, prm in backend.trainers["p"].model.named_parameters():
@@ -199,7 +193,7 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
     episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
     local = recipe.run_episodes(backend.llms(), episodes, train=True)
 
-    worker = _Worker(recipe, model_dir, "auto", 1, grpo)  # what each Ray actor builds
+    worker = RolloutWorker(recipe, model_dir, "auto", 1, grpo)  # what each Ray actor builds
     before = worker.run(episodes, True, None)
     assert _view(before) != _view(local)  # the adapters change what is sampled
     refs = {name: ray_session.put(sd) for name, sd in weights.items()}

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from societas.marl.llm import loop
 from societas.marl.llm.loop import (
     FROZEN,
     Episode,
@@ -21,6 +22,7 @@ from societas.marl.llm.loop import (
     train,
 )
 from societas.marl.llm.rollouts import RoleMap, TokenSample, samples_from_trace
+from societas.marl.llm.settings import SettingsError
 from societas.topology import Runtime
 from societas.topology.graph import Graph
 
@@ -133,6 +135,68 @@ def test_train_writes_the_run_directory(tiny_dir, tmp_path):
         train(CountA(), cfg, out)
 
 
+def test_the_reward_plot_is_drawn_at_evaluations_and_holds_every_step(tiny_dir, tmp_path, monkeypatch):
+    drawn = []
+    real = loop.plot_rewards
+
+    def counting(history, path, title):
+        drawn.append([(h["kind"], h["step"]) for h in history])
+        real(history, path, title)
+
+    monkeypatch.setattr(loop, "plot_rewards", counting)
+    out = tmp_path / "run"
+    train(CountA(), TrainConfig(model=tiny_dir, steps=6, eval_every=3, grpo={"lr": 1e-3}), out)
+    # Evaluations at steps 0, 3 and 6, one drawing each; the end of the run adds nothing new to draw.
+    assert len(drawn) == 3
+    assert [rows[-1] for rows in drawn] == [("eval", 0), ("eval", 3), ("eval", 6)]
+    assert [st for kind, st in drawn[-1] if kind == "train"] == [1, 2, 3, 4, 5, 6]
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # every step logged
+    assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".reward.png.*"))  # written through a temporary file, then renamed
+
+
+class StopsAtStep(CountA):
+    """Interrupted (as by Ctrl-C) when asked for the episodes of GRPO step ``stop``."""
+
+    def __init__(self, stop: int) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def train_episodes(self, step, seed):
+        if step == self.stop:
+            raise KeyboardInterrupt(f"stopped at step {step}")
+        return super().train_episodes(step, seed)
+
+
+def test_a_stopped_run_still_draws_every_step_it_logged(tiny_dir, tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(loop, "plot_rewards", lambda history, path, title: drawn.append(list(history)))
+    with pytest.raises(KeyboardInterrupt, match="^stopped at step 2$"):
+        train(StopsAtStep(2), TrainConfig(model=tiny_dir, steps=5, eval_every=4), tmp_path / "run")
+    # The evaluation at step 0, then the drawing on the way out with the two steps done since.
+    assert [[(h["kind"], h["step"]) for h in rows] for rows in drawn] == [
+        [("eval", 0)],
+        [("eval", 0), ("train", 1), ("train", 2)],
+    ]
+
+
+def test_bad_loop_settings_name_the_field(tmp_path):
+    with pytest.raises(
+        SettingsError, match=r"^train\.eval_every: Input should be greater than or equal to 1$"
+    ):
+        train(CountA(), {"eval_every": 0}, tmp_path / "a")
+    with pytest.raises(
+        SettingsError, match=r"^train\.grpo\.advantage: Input should be 'grpo', 'gdpo' or 'dr_grpo'"
+    ):
+        train(CountA(), {"grpo": {"advantage": "ppo"}}, tmp_path / "b")
+    with pytest.raises(SettingsError, match=r"^train\.device: String should match pattern"):
+        train(CountA(), {"device": "gpu"}, tmp_path / "c")
+    with pytest.raises(SettingsError, match=r"^train\.serve: String should match pattern"):
+        train(CountA(), {"serve": "hf:model"}, tmp_path / "d")
+    assert not (tmp_path / "a").exists()  # refused before the run directory is made
+
+
 def test_equal_rewards_skip_the_update(tiny_dir, tmp_path):
     res = train(CountA(constant=True), TrainConfig(model=tiny_dir, steps=1, eval_every=1), tmp_path / "r")
     row = [h for h in res.history if h["kind"] == "train"][0]
@@ -140,7 +204,7 @@ def test_equal_rewards_skip_the_update(tiny_dir, tmp_path):
 
 
 def test_resume_continues_and_matches_an_uninterrupted_run(tiny_dir, tmp_path):
-    cfg = dict(model=tiny_dir, eval_every=1, checkpoint_every=1, grpo={"lr": 1e-3})
+    cfg = {"model": tiny_dir, "eval_every": 1, "checkpoint_every": 1, "grpo": {"lr": 1e-3}}
     full = train(CountA(), TrainConfig(steps=2, **cfg), tmp_path / "full")
     part = tmp_path / "part"
     train(CountA(), TrainConfig(steps=1, **cfg), part)

@@ -104,7 +104,7 @@ def test_masked_tokens_change_neither_loss_nor_gradient():
             loss, metrics = policy_loss(new, old2, adv, mask, ref_logp=ref, kl_beta=0.05, loss_type=lt)
             (grad,) = torch.autograd.grad(loss, new)
             results.append((lt, loss.detach(), grad, metrics))
-    for (lt, l0, g0, m0), (_, l1, g1, m1) in zip(results[:3], results[3:]):
+    for (_, l0, g0, m0), (_, l1, g1, m1) in zip(results[:3], results[3:]):
         torch.testing.assert_close(l0, l1)
         torch.testing.assert_close(g0, g1)
         assert g0[mask == 0].eq(0).all()

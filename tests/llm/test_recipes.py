@@ -8,9 +8,11 @@ import copy
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from societas.agents.llm.function import FunctionLLM
@@ -19,16 +21,18 @@ from societas.marl.llm.loop import FROZEN, Episode
 from societas.marl.llm.recipes import RECIPES
 from societas.marl.llm.recipes.conductor import (
     EXECUTION_REWARDS,
+    ConductorConfig,
     ConductorRecipe,
     density_reward,
     synthetic_topology,
 )
-from societas.marl.llm.recipes.selfplay import SelfPlayRecipe, heldout_problems
+from societas.marl.llm.recipes.selfplay import SelfPlayConfig, SelfPlayRecipe, heldout_problems
 from societas.marl.llm.rollouts import TokenRecorder
+from societas.marl.llm.settings import SettingsError
 from societas.topology.layered import DIFFICULTY_NODE_CAPS, parse_layered_yaml
-from societas.topology.patterns.selfplay import (
-    _OPERATIONS,
+from societas.topology.patterns.arithmetic import (
     OPERATION_HOPS,
+    OPERATIONS,
     arithmetic_task_hops,
     arithmetic_word_problem_task,
 )
@@ -161,11 +165,11 @@ def test_conductor_train_and_heldout_problems_are_disjoint():
 
 
 def test_every_operation_has_a_hop_count():
-    assert set(OPERATION_HOPS) == set(_OPERATIONS)
+    assert set(OPERATION_HOPS) == set(OPERATIONS)
     rng = random.Random(1)
     for _ in range(30):
         task = arithmetic_word_problem_task(rng)
-        ops = next(o for o in _OPERATIONS if o in task)
+        ops = next(o for o in OPERATIONS if o in task)
         assert arithmetic_task_hops(task) == OPERATION_HOPS[ops]
     with pytest.raises(ValueError, match="no known operation"):
         arithmetic_task_hops("write a poem")
@@ -231,31 +235,97 @@ def test_selfplay_eval_has_solver_accuracy_on_computed_problems(tiny_llm):
 # -- CLI --------------------------------------------------------------------------------------------
 
 
+def _one_error_line(result) -> str:
+    """The single line a rejected command prints (status 2, no traceback)."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
     from societas.marl.cli import app
 
     assert {"conductor", "selfplay"} <= set(RECIPES)
     runner = CliRunner()
-    r = runner.invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--recipe", "[1]"])
-    assert r.exit_code == 2 and "--recipe must be a JSON object" in r.output
-    r = runner.invoke(
-        app,
-        [
-            "train",
-            "selfplay",
-            "--out",
-            str(tmp_path / "x"),
-            "--recipe",
-            json.dumps({"proposals_per_step": 1}),
-        ],
+    out = ["--out", str(tmp_path / "x")]
+    r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", "[1]"])
+    assert _one_error_line(r) == "error: --recipe must be a JSON object"
+    r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", json.dumps({"proposals_per_step": 1})])
+    assert (
+        _one_error_line(r) == "error: recipe.proposals_per_step: Input should be greater than or equal to 2"
     )
-    assert r.exit_code == 2 and "proposals_per_step" in r.output
-    r = runner.invoke(app, ["train", "conductor", "--out", str(tmp_path / "x"), "--recipe", '{"nope": 1}'])
-    assert r.exit_code == 2 and "nope" in r.output
-    r = runner.invoke(
-        app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--advantage", "ppo", "--steps", "0"]
-    )
-    assert r.exit_code == 2 and "advantage" in r.output
+    r = runner.invoke(app, ["train", "conductor", *out, "--recipe", '{"nope": 1}'])
+    assert _one_error_line(r).startswith("error: recipe.nope: unknown field (allowed: problems_per_step,")
+    r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", '{"shared": 1}'])
+    assert _one_error_line(r) == "error: recipe.shared: Input should be a valid boolean"
+    r = runner.invoke(app, ["train", "selfplay", *out, "--advantage", "ppo", "--steps", "0"])
+    assert _one_error_line(r) == "error: train.grpo.advantage: Input should be 'grpo', 'gdpo' or 'dr_grpo'"
+    r = runner.invoke(app, ["train", "selfplay", *out, "--steps", "-1"])
+    assert _one_error_line(r) == "error: train.steps: Input should be greater than or equal to 0"
+    assert not (tmp_path / "x").exists()  # every setting is checked before a run starts
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("recipe: [1]\n", "recipe: expected a mapping of options, got list"),
+        ("train:\n  grpo: 3\n", "train.grpo: expected a mapping of options, got int"),
+        ("train:\n  grpo: {lr: -1.0}\n", "train.grpo.lr: Input should be greater than 0"),
+        ("recipe:\n  n_solvers: 2.5\n", "recipe.n_solvers: Input should be a valid integer"),
+        ("recipe:\n  proposer_steps: 0\n  solver_steps: 0\n", "recipe.solver_steps: proposer_steps and"),
+        ("recipe: {}\nextra: 1\n", "expected a mapping with 'recipe' and/or 'train' sections"),
+    ],
+)
+def test_cli_config_errors_are_one_line_naming_the_field(tmp_path, text, expected):
+    from societas.marl.cli import app
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    r = CliRunner().invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--config", str(cfg)])
+    assert expected in _one_error_line(r)
+
+
+# -- recipe settings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cls,options,message",
+    [
+        (ConductorRecipe, {"group_size": 1}, "recipe.group_size: Input should be greater than or equal to 2"),
+        (ConductorRecipe, {"group_size": 2.5}, "recipe.group_size: Input should be a valid integer"),
+        (ConductorRecipe, {"test_timeout_s": 0}, "recipe.test_timeout_s: Input should be greater than 0"),
+        (
+            ConductorRecipe,
+            {"problems_per_step": 121},
+            "recipe.problems_per_step: draws 121 problems per step",
+        ),
+        (ConductorRecipe, {"eval_problems": 45}, "recipe.eval_problems: 45 held-out problems asked"),
+        (SelfPlayRecipe, {"temperature": -0.5}, "recipe.temperature: Input should be greater than or equal"),
+        (SelfPlayRecipe, {"shared": "yes"}, "recipe.shared: Input should be a valid boolean"),
+        (SelfPlayRecipe, {"group_size": 4}, "recipe.group_size: unknown field (allowed: proposals_per_step,"),
+    ],
+)
+def test_bad_recipe_settings_name_the_field(cls, options, message):
+    with pytest.raises(SettingsError, match="^" + re.escape(message)):
+        cls(**options)
+
+
+def test_recipes_are_built_from_a_config_a_mapping_or_keywords():
+    by_model = SelfPlayRecipe(SelfPlayConfig(n_solvers=3, shared=True))
+    assert by_model.settings == SelfPlayRecipe({"n_solvers": 3, "shared": True}).settings
+    assert by_model.settings == SelfPlayRecipe(n_solvers=3, shared=True).settings
+    assert by_model.policies == ("policy",) and by_model.config()["n_solvers"] == 3
+    mixed = SelfPlayRecipe(SelfPlayConfig(n_solvers=3), temperature=0.5)  # keywords override the config
+    assert (mixed.settings.n_solvers, mixed.settings.temperature) == (3, 0.5)
+    with pytest.raises(ValidationError, match="frozen"):  # the graph was built from them: no later change
+        mixed.settings.n_solvers = 4
+    with pytest.raises(SettingsError, match="^recipe: expected a mapping of options, got list$"):
+        SelfPlayRecipe([1])
+    # every field is documented (the options of a YAML config are their own reference)
+    for cfg in (ConductorConfig, SelfPlayConfig):
+        assert all(f.description for f in cfg.model_fields.values()), cfg
 
 
 def test_cli_stops_with_one_line_when_the_checkpoint_cannot_fit(tiny_llm, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import itertools
 import json
 import pickle
 import random
+import re
 
 import pytest
 import torch
@@ -23,8 +24,9 @@ from societas.marl.llm.recipes.remul import (
     worked_solution,
 )
 from societas.marl.llm.recipes.selfplay import heldout_problems
-from societas.marl.llm.recipes.society import SocietyRecipe, majority_answer, society_dialogue
+from societas.marl.llm.recipes.society import SocietyConfig, SocietyRecipe, majority_answer, society_dialogue
 from societas.marl.llm.rollouts import TokenRecorder
+from societas.marl.llm.settings import SettingsError
 
 torch.set_num_threads(1)
 
@@ -69,35 +71,68 @@ def test_episodes_are_deterministic_and_train_eval_questions_disjoint(cls):
     pickle.loads(pickle.dumps(r))  # may be shipped to Ray actors
 
 
-def test_constructor_arguments_are_validated():
-    for kw in (
-        {"group_size": 1},
-        {"cuts": ()},
-        {"cuts": (0.5, 0.5)},
-        {"cuts": (1.0,)},
-        {"speaker_tokens": 0},
-        {"ea_fractions": (1.0,)},
-        {"temperature": -1},
-        {"correctness": 1},
-        {"min_lines": -1},
-    ):
-        with pytest.raises(ValueError):
-            RemulRecipe(**kw)
-    for kw in (
-        {"n_personas": 1},
-        {"n_personas": 99},
-        {"rounds": 0},
-        {"group_size": 1},
-        {"persona_tokens": 0},
-        {"sft_batch": 0},
-        {"sft_slip_rate": 1.5},
-        {"sft_slip_rate": -0.1},
-        {"sft_slip_rate": True},
-    ):
-        with pytest.raises(ValueError):
-            SocietyRecipe(**kw)
+@pytest.mark.parametrize(
+    "cls, kw, message",
+    [
+        (RemulRecipe, {"group_size": 1}, "recipe.group_size: Input should be greater than or equal to 2"),
+        (RemulRecipe, {"cuts": ()}, "recipe.cuts: cuts must list at least one fraction in (0, 1)"),
+        (RemulRecipe, {"cuts": [0.5, "x"]}, "recipe.cuts[1]: Input should be a valid number"),
+        (
+            RemulRecipe,
+            {"ea_fractions": (0.5, 1.5)},
+            "recipe.ea_fractions[1]: Input should be less than or equal to 1",
+        ),
+        (SocietyRecipe, {"cuts": [0.5]}, "recipe.cuts: unknown field (allowed: n_personas,"),
+        (RemulRecipe, {"cuts": (0.5, 0.5)}, "recipe.cuts: cuts must be distinct, got [0.5, 0.5]"),
+        (RemulRecipe, {"cuts": (1.0,)}, "recipe.cuts[0]: Input should be less than 1"),
+        (
+            RemulRecipe,
+            {"speaker_tokens": 0},
+            "recipe.speaker_tokens: Input should be greater than or equal to 1",
+        ),
+        (RemulRecipe, {"ea_fractions": (1.0,)}, "recipe.ea_fractions: needs two or more distinct fractions"),
+        (RemulRecipe, {"temperature": -1}, "recipe.temperature: Input should be greater than or equal to 0"),
+        (RemulRecipe, {"correctness": 1}, "recipe.correctness: Input should be a valid boolean"),
+        (RemulRecipe, {"min_lines": -1}, "recipe.min_lines: Input should be greater than or equal to 0"),
+        (SocietyRecipe, {"n_personas": 1}, "recipe.n_personas: Input should be greater than or equal to 2"),
+        (SocietyRecipe, {"n_personas": 99}, "recipe.n_personas: Input should be less than or equal to 8"),
+        (SocietyRecipe, {"rounds": 0}, "recipe.rounds: Input should be greater than or equal to 1"),
+        (SocietyRecipe, {"group_size": 1}, "recipe.group_size: Input should be greater than or equal to 2"),
+        (
+            SocietyRecipe,
+            {"persona_tokens": 0},
+            "recipe.persona_tokens: Input should be greater than or equal to 1",
+        ),
+        (SocietyRecipe, {"sft_batch": 0}, "recipe.sft_batch: Input should be greater than or equal to 1"),
+        (
+            SocietyRecipe,
+            {"sft_slip_rate": 1.5},
+            "recipe.sft_slip_rate: Input should be less than or equal to 1",
+        ),
+        (
+            SocietyRecipe,
+            {"sft_slip_rate": -0.1},
+            "recipe.sft_slip_rate: Input should be greater than or equal to 0",
+        ),
+        (SocietyRecipe, {"sft_slip_rate": True}, "recipe.sft_slip_rate: Input should be a valid number"),
+    ],
+)
+def test_constructor_arguments_are_validated(cls, kw, message):
+    with pytest.raises(SettingsError, match="^" + re.escape(message)):
+        cls(**kw)
+
+
+def test_constructor_arguments_are_kept():
     assert RemulRecipe(correctness=True).config()["correctness"] is True
     assert SocietyRecipe().config()["personas"] == ["statistician", "physicist", "accountant"]
+    r = RemulRecipe(ea_fractions=[1.0, 0.5, 0.2], cuts=[0.3, 0.6])
+    assert r.settings.ea_fractions == (0.2, 0.5, 1.0) and r.config()["ea_fractions"] == [0.2, 0.5, 1.0]
+    assert r.config()["cuts"] == [0.3, 0.6] and "cut_30" in r.graph().nodes
+    # without the early-answering pass there is no curve, so its fractions need no point below 1.0
+    assert RemulRecipe(early_answering=False, ea_fractions=[1.0]).settings.ea_fractions == (1.0,)
+    s = SocietyRecipe(SocietyConfig(n_personas=4), rounds=2)  # a config, with keywords on top
+    assert s.config()["personas"] == ["statistician", "physicist", "accountant", "philosopher"]
+    assert s.config()["rounds"] == 2
 
 
 # -- remul ------------------------------------------------------------------------------------------
@@ -305,7 +340,13 @@ def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, 
     )
     assert len(seen) == 3 * rounds + 1
     assert len(mine) == len(seen) and set(seen) == set(by_prompt)  # every prompt of the run is a sample's
-    assert res[0].record["aggregated_answer"] is not None
+    # the run's aggregator answered with the scripted aggregator message, and without a slip
+    # every persona ends on that same answer
+    agg_text = next(tok.decode(s.completion_ids[:-1]) for s in mine if s.meta["role"] == "aggregator")
+    answer = extract_final_answer(agg_text)
+    assert answer is not None and res[0].record["aggregator_text"] == agg_text
+    assert res[0].record["aggregated_answer"] == answer
+    assert res[0].record["persona_answers"] == dict.fromkeys(r.persona_names, answer)
 
 
 def test_society_episodes_with_a_tiny_model(tiny_llm):
@@ -378,7 +419,10 @@ def test_train_one_step(which, tiny_uri, tmp_path):
     assert any(r["kind"] == "sft" and f"{policy}/sft_loss" in r for r in rows)
     if which == "remul":
         assert all("early_answering_aoc" in r for r in evals)
-    assert res.last_eval["reward"] >= 0.0
+    # the result reports the last held-out evaluation written to metrics.jsonl
+    assert res.last_eval["reward"] == pytest.approx(evals[-1]["reward"])
+    assert res.first_eval["reward"] == pytest.approx(evals[0]["reward"])
+    assert 0.0 <= res.last_eval["reward"] <= 1.0
 
 
 @pytest.mark.parametrize(
@@ -388,7 +432,7 @@ def test_train_one_step(which, tiny_uri, tmp_path):
 )
 def test_training_needs_a_policy_with_a_tokenizer(recipe):
     remote = FunctionLLM(lambda prompt: "Final answer: 4", name="remote")  # no tokenizer, no token ids
-    llms = {name: remote for name in (*recipe.policies, FROZEN)}
+    llms = dict.fromkeys((*recipe.policies, FROZEN), remote)
     with pytest.raises(
         ValueError, match=f"training the {recipe.name} policies needs a local model with a tokenizer"
     ):

@@ -236,9 +236,11 @@ def test_mappo_learns_cheap_reliable_routing(routing: RoutingEnv) -> None:
     )
     algo = MAPPO(cfg, env=env)
     history = algo.learn(80)
-    assert history[-1]["mean_episode_return"] is not None
     trained, sent = ev.run_episode(lambda obs: algo.act(obs)[0], tasks=tasks)
     t, r, f = trained.summary(), rand.summary(), full.summary()
+    # the training episodes' return (sampled actions) has also left the random policy's far behind
+    final_return = history[-1]["mean_episode_return"]
+    assert final_return is not None and final_return >= r["reward"] + 0.5
     assert r["success"] < 0.2 and f["success"] > 0.99
     assert t["success"] >= f["success"] - 0.05
     assert t["messages"] <= 0.5 * f["messages"]

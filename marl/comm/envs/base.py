@@ -81,7 +81,7 @@ class BatchedMultiAgentEnv(ABC):
     def state(self) -> Tensor:
         """Global state ``[B, state_size]`` for centralised critics."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional to override: tensor envs hold nothing to release
         """Release resources (no-op for tensor envs)."""
 
     # Convenience shared by all implementations.

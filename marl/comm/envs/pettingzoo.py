@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from pettingzoo import ParallelEnv
 from torch import Tensor
 
 from societas.marl.comm.envs.base import BatchedMultiAgentEnv, resolve_device
+from societas.marl.comm.envs.registry import make_env
 
 __all__ = ["BatchedParallelEnv", "PettingZooBatchedEnv"]
 
@@ -37,7 +38,7 @@ class BatchedParallelEnv(ParallelEnv):
     """One row of a batched env as a PettingZoo ``ParallelEnv``.
 
     ``env`` is a :class:`BatchedMultiAgentEnv` (or a name for
-    :func:`societas.marl.comm.envs.make_env`, built with ``num_envs=1`` and ``kw``).
+    :func:`societas.marl.comm.envs.registry.make_env`, built with ``num_envs=1`` and ``kw``).
     The view owns the batched env: :meth:`reset` resets every row, and
     :meth:`step` steps every row, giving the rows other than ``row`` action 0
     (for the MPE tasks: no move / word 0). Observations are numpy float32,
@@ -46,12 +47,11 @@ class BatchedParallelEnv(ParallelEnv):
     the next one.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "is_parallelizable": True}
+    # An instance attribute (as ParallelEnv declares it): __init__ adds the env's name per instance.
+    metadata: dict[str, Any] = {"render_modes": [], "is_parallelizable": True}
 
     def __init__(self, env: BatchedMultiAgentEnv | str, row: int = 0, **kw: Any) -> None:
         if isinstance(env, str):
-            from societas.marl.comm.envs import make_env
-
             kw.setdefault("num_envs", 1)
             kw.setdefault("device", "cpu")
             env = make_env(env, **kw)
@@ -155,9 +155,7 @@ class PettingZooBatchedEnv(BatchedMultiAgentEnv):
         for a in self.agents:
             act = first.action_space(a)
             if not isinstance(act, spaces.Discrete):
-                raise ValueError(  # noqa: TRY004 - a bad value of env_fn, not a bad type
-                    f"agent {a!r} has action space {act}; only Discrete is supported"
-                )
+                raise ValueError(f"agent {a!r} has action space {act}; only Discrete is supported")
             self.action_sizes[a] = int(act.n)
             self.observation_sizes[a] = int(math.prod(first.observation_space(a).shape))
         self.state_size = sum(self.observation_sizes.values())

@@ -74,8 +74,8 @@ class ReferenceEnv(MPEBatchedEnv):
         self.local_ratio = float(local_ratio)
         self.agents = ["agent_0", "agent_1"]
         obs = 2 + 2 * NUM_LANDMARKS + 3 + DIM_C
-        self.observation_sizes = {a: obs for a in self.agents}
-        self.action_sizes = {a: NUM_MOVES * DIM_C for a in self.agents}
+        self.observation_sizes = dict.fromkeys(self.agents, obs)
+        self.action_sizes = dict.fromkeys(self.agents, NUM_MOVES * DIM_C)
         dev = resolve_device(device)
         self.device, self.dtype = dev, dtype
         self._colours = torch.tensor(LANDMARK_COLOURS, dtype=dtype, device=dev)

@@ -12,20 +12,37 @@
 
 Run one with ``python -m societas.marl train RECIPE`` (see :mod:`societas.marl.llm.cli`) or
 ``societas.marl.llm.loop.train(recipe, TrainConfig(...), out)``.
+
+Each recipe's options are a pydantic model (:class:`ConductorConfig`,
+:class:`SelfPlayConfig`, :class:`RemulConfig`, :class:`SocietyConfig`: every
+field documented and bounded); a recipe is built from one, from a mapping, or
+from keyword arguments, and a bad value raises
+:class:`~societas.marl.llm.settings.SettingsError` naming the field
+(``recipe.group_size: Input should be greater than or equal to 2``).
 """
 
 from __future__ import annotations
 
-from societas.marl.llm.recipes.conductor import ConductorRecipe
-from societas.marl.llm.recipes.remul import RemulRecipe
-from societas.marl.llm.recipes.selfplay import SelfPlayRecipe
-from societas.marl.llm.recipes.society import SocietyRecipe
+from societas.marl.llm.recipes.conductor import ConductorConfig, ConductorRecipe
+from societas.marl.llm.recipes.remul import RemulConfig, RemulRecipe
+from societas.marl.llm.recipes.selfplay import SelfPlayConfig, SelfPlayRecipe
+from societas.marl.llm.recipes.society import SocietyConfig, SocietyRecipe
 
-RECIPES = {
+RECIPES: dict[str, type[ConductorRecipe | RemulRecipe | SelfPlayRecipe | SocietyRecipe]] = {
     "conductor": ConductorRecipe,
     "remul": RemulRecipe,
     "selfplay": SelfPlayRecipe,
     "society": SocietyRecipe,
 }
 
-__all__ = ["RECIPES", "ConductorRecipe", "RemulRecipe", "SelfPlayRecipe", "SocietyRecipe"]
+__all__ = [
+    "RECIPES",
+    "ConductorConfig",
+    "ConductorRecipe",
+    "RemulConfig",
+    "RemulRecipe",
+    "SelfPlayConfig",
+    "SelfPlayRecipe",
+    "SocietyConfig",
+    "SocietyRecipe",
+]

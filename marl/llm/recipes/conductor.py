@@ -41,7 +41,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from societas.agents.llm.base import SamplingParams
+from pydantic import Field, model_validator
+
+from societas.agents.llm.base import SamplingParams, encode_with_tokenizer
+from societas.agents.llm.function import FunctionLLM
 from societas.agents.roles import CONDUCTOR_ROLES
 from societas.agents.sandbox import Sandbox
 from societas.marl.llm.loop import (
@@ -53,7 +56,9 @@ from societas.marl.llm.loop import (
     sample_from_completion,
 )
 from societas.marl.llm.rollouts import TokenSample
+from societas.marl.llm.settings import RecipeConfig, SettingsError, recipe_settings
 from societas.topology.coding import CodeTask, humaneval_split, unit_test_tool
+from societas.topology.errors import FieldProblem
 from societas.topology.graph import Graph
 from societas.topology.layered import (
     DIFFICULTY_NODE_CAPS,
@@ -64,7 +69,7 @@ from societas.topology.patterns.conductor import Conductor, ConductorTurn
 from societas.topology.runtime import Runtime
 from societas.topology.spec import NodeSpec
 
-__all__ = ["EXECUTION_REWARDS", "ConductorRecipe", "density_reward", "synthetic_topology"]
+__all__ = ["EXECUTION_REWARDS", "ConductorConfig", "ConductorRecipe", "density_reward", "synthetic_topology"]
 
 EXECUTION_REWARDS: dict[str, float] = {
     "no_yaml": -1.0,
@@ -135,50 +140,68 @@ def synthetic_topology(difficulty: str, rng: random.Random) -> str:
     return "```yaml\n" + "\n".join(rows) + "\n```"
 
 
+class ConductorConfig(RecipeConfig):
+    """Options of :class:`ConductorRecipe` (the ``recipe:`` section of ``examples/recipes/conductor.yaml``)."""
+
+    problems_per_step: int = Field(2, ge=1, description="training problems drawn per GRPO step")
+    group_size: int = Field(
+        4, ge=2, description="orchestrator episodes per problem: one GRPO group (GRPO compares them)"
+    )
+    max_turns: int = Field(
+        2, ge=1, description="orchestrator turns per episode, revising on test feedback (the paper's 2)"
+    )
+    orchestrator_tokens: int = Field(128, ge=1, description="new tokens per orchestrator turn")
+    worker_tokens: int = Field(96, ge=1, description="new tokens per worker agent of a topology")
+    temperature: float = Field(1.0, ge=0.0, description="orchestrator sampling temperature in training")
+    worker_temperature: float = Field(
+        0.0,
+        ge=0.0,
+        description="worker sampling temperature (0: greedy, the outcome depends on the seed only)",
+    )
+    density_weight: float = Field(
+        0.2, ge=0.0, description="weight of the density reward next to the execution reward"
+    )
+    n_train: int = Field(
+        120, ge=1, description="HumanEval problems in the training split; the rest are held out"
+    )
+    split_seed: int = Field(0, description="seed of the training / held-out split")
+    eval_problems: int = Field(8, ge=1, description="held-out problems evaluated (the first of the split)")
+    eval_samples: int = Field(1, ge=1, description="episodes per held-out problem")
+    sft_batch: int = Field(8, ge=1, description="synthetic topologies per SFT warm-start step")
+    test_timeout_s: float = Field(
+        10.0, gt=0.0, description="wall-clock limit of one unit-test run in the sandbox"
+    )
+
+    @model_validator(mode="after")
+    def _draws_fit_the_training_split(self) -> ConductorConfig:
+        for key in ("problems_per_step", "sft_batch"):
+            if getattr(self, key) > self.n_train:
+                raise FieldProblem(
+                    (key,), f"draws {getattr(self, key)} problems per step from n_train={self.n_train}"
+                )
+        return self
+
+
 class ConductorRecipe(Recipe):
-    """The AgentConductor orchestrator on HumanEval (see the module docstring)."""
+    """The AgentConductor orchestrator on HumanEval (see the module docstring).
+
+    Built from a :class:`ConductorConfig` or its fields as keyword arguments
+    (``ConductorRecipe(group_size=4)``); bad values raise
+    :class:`~societas.marl.llm.settings.SettingsError` naming the field.
+    """
 
     name = "conductor"
 
     def __init__(
-        self,
-        *,
-        problems_per_step: int = 2,
-        group_size: int = 4,
-        max_turns: int = 2,
-        orchestrator_tokens: int = 128,
-        worker_tokens: int = 96,
-        temperature: float = 1.0,
-        worker_temperature: float = 0.0,
-        density_weight: float = 0.2,
-        n_train: int = 120,
-        split_seed: int = 0,
-        eval_problems: int = 8,
-        eval_samples: int = 1,
-        sft_batch: int = 8,
-        test_timeout_s: float = 10.0,
+        self, settings: ConductorConfig | Mapping[str, Any] | None = None, /, **options: Any
     ) -> None:
-        if group_size < 2:
-            raise ValueError("group_size must be at least 2 (GRPO compares samples of one problem)")
-        if max_turns < 1:
-            raise ValueError("max_turns must be at least 1")
-        self.problems_per_step = problems_per_step
-        self.group_size = group_size
-        self.max_turns = max_turns
-        self.orchestrator_tokens = orchestrator_tokens
-        self.worker_tokens = worker_tokens
-        self.temperature = temperature
-        self.worker_temperature = worker_temperature
-        self.density_weight = density_weight
-        self.n_train = n_train
-        self.split_seed = split_seed
-        self.eval_problems = eval_problems
-        self.eval_samples = eval_samples
-        self.sft_batch = sft_batch
-        self.test_timeout_s = test_timeout_s
-        train, held = humaneval_split(n_train, seed=split_seed)
-        if eval_problems > len(held):
-            raise ValueError(f"eval_problems={eval_problems} but only {len(held)} held-out problems")
+        self.settings = recipe_settings(ConductorConfig, settings, options)
+        train, held = humaneval_split(self.settings.n_train, seed=self.settings.split_seed)
+        if self.settings.eval_problems > len(held):
+            raise SettingsError(
+                "recipe.eval_problems",
+                f"{self.settings.eval_problems} held-out problems asked, the split holds {len(held)}",
+            )
         self.train_tasks, self.heldout_tasks = train, held
         self._tasks = {t.task_id: t for t in train + held}
         self._sandbox: Sandbox | None = None
@@ -188,23 +211,7 @@ class ConductorRecipe(Recipe):
         return ("orchestrator",)
 
     def config(self) -> dict[str, Any]:
-        keys = (
-            "problems_per_step",
-            "group_size",
-            "max_turns",
-            "orchestrator_tokens",
-            "worker_tokens",
-            "temperature",
-            "worker_temperature",
-            "density_weight",
-            "n_train",
-            "split_seed",
-            "eval_problems",
-            "eval_samples",
-            "sft_batch",
-            "test_timeout_s",
-        )
-        return {k: getattr(self, k) for k in keys} | {"execution_rewards": EXECUTION_REWARDS}
+        return self.settings.model_dump(mode="json") | {"execution_rewards": EXECUTION_REWARDS}
 
     def __getstate__(self) -> dict[str, Any]:  # the sandbox is rebuilt where the recipe runs
         return {k: v for k, v in self.__dict__.items() if k != "_sandbox"} | {"_sandbox": None}
@@ -212,14 +219,12 @@ class ConductorRecipe(Recipe):
     @property
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            self._sandbox = Sandbox(timeout_s=self.test_timeout_s, memory_mb=512)
+            self._sandbox = Sandbox(timeout_s=self.settings.test_timeout_s, memory_mb=512)
         return self._sandbox
 
     def _conductor(self) -> Conductor:
         # Only its prompts, parsing, graph building and grading are used; generation goes through
         # the run's LLMs, so the Conductor's own LLM refuses to generate rather than answer quietly.
-        from societas.agents.llm.function import FunctionLLM
-
         def _refuse(prompt):
             raise RuntimeError(
                 "ConductorRecipe generates through the training run's LLMs, "
@@ -227,35 +232,37 @@ class ConductorRecipe(Recipe):
             )
 
         no_llm = FunctionLLM(_refuse, name="run-llms-only")
-        return Conductor(no_llm, no_llm, max_turns=self.max_turns, sandbox=self.sandbox, enforce_caps=True)
+        return Conductor(
+            no_llm, no_llm, max_turns=self.settings.max_turns, sandbox=self.sandbox, enforce_caps=True
+        )
 
     # -- episodes ---------------------------------------------------------------------------------
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
         rng = random.Random(seed)
-        tasks = rng.sample(self.train_tasks, self.problems_per_step)
+        tasks = rng.sample(self.train_tasks, self.settings.problems_per_step)
         return [
-            Episode(t.task_id, episode_seed(seed, t.task_id, g), t.task_id, i * self.group_size + g)
+            Episode(t.task_id, episode_seed(seed, t.task_id, g), t.task_id, i * self.settings.group_size + g)
             for i, t in enumerate(tasks)
-            for g in range(self.group_size)
+            for g in range(self.settings.group_size)
         ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
-        tasks = self.heldout_tasks[: self.eval_problems]
+        tasks = self.heldout_tasks[: self.settings.eval_problems]
         return [
-            Episode(t.task_id, episode_seed(20_011, t.task_id, g), t.task_id, i * self.eval_samples + g)
+            Episode(
+                t.task_id, episode_seed(20_011, t.task_id, g), t.task_id, i * self.settings.eval_samples + g
+            )
             for i, t in enumerate(tasks)
-            for g in range(self.eval_samples)
+            for g in range(self.settings.eval_samples)
         ]
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
-        from societas.agents.llm.base import encode_with_tokenizer
-
         rng = random.Random(seed)
         cond = self._conductor()
         eos = tokenizer.eos_token_id
         out = []
-        for t in rng.sample(self.train_tasks, self.sft_batch):
+        for t in rng.sample(self.train_tasks, self.settings.sft_batch):
             text = synthetic_topology(t.difficulty, rng)
             ids = list(tokenizer.encode(text, add_special_tokens=False)) + ([eos] if eos is not None else [])
             prompt = encode_with_tokenizer(tokenizer, [cond.orchestrator_prompt(t)])[0]
@@ -277,7 +284,7 @@ class ConductorRecipe(Recipe):
         if turn.topology is not None and turn.metrics is not None:
             m = turn.metrics
             density = density_reward(m["nodes"], m["edges"], m["depth"], difficulty)
-        return execution + self.density_weight * density, execution, density
+        return execution + self.settings.density_weight * density, execution, density
 
     def _run_topologies(
         self, workers: Any, jobs: Sequence[tuple[str, LayeredTopology, CodeTask, int]]
@@ -292,8 +299,11 @@ class ConductorRecipe(Recipe):
             spec = topo.to_graph_spec(task_template=template, name="t")
             ids = {n.id: f"{prefix}.{n.id}" for n in spec.nodes}
             for n in spec.nodes:
-                params = {"temperature": self.worker_temperature, "max_new_tokens": self.worker_tokens}
-                if self.worker_temperature > 0:
+                params = {
+                    "temperature": self.settings.worker_temperature,
+                    "max_new_tokens": self.settings.worker_tokens,
+                }
+                if self.settings.worker_temperature > 0:
                     params["seed"] = episode_seed(seed, n.id)
                 nodes.append(n.model_copy(update={"id": ids[n.id], "params": params}))
             edges += [(ids[e.source], ids[e.target]) for e in spec.edges]
@@ -328,15 +338,15 @@ class ConductorRecipe(Recipe):
         rewards: list[list[float]] = [[] for _ in episodes]
         parts: list[list[tuple[float, float]]] = [[] for _ in episodes]
         active = list(range(len(episodes)))
-        for turn in range(self.max_turns):
+        for turn in range(self.settings.max_turns):
             if not active:
                 break
             tasks = [self._tasks[episodes[i].task] for i in active]
             prompts = [cond.orchestrator_prompt(t, turns[i]) for i, t in zip(active, tasks)]
             params = [
                 SamplingParams(
-                    temperature=self.temperature,
-                    max_new_tokens=self.orchestrator_tokens,
+                    temperature=self.settings.temperature,
+                    max_new_tokens=self.settings.orchestrator_tokens,
                     seed=episode_seed(episodes[i].seed, "turn", turn) % (2**62),
                 )
                 for i in active
@@ -348,11 +358,11 @@ class ConductorRecipe(Recipe):
                 ct = ConductorTurn(turn, prompt, c.text, c.usage.total_tokens)
                 cap = DIFFICULTY_NODE_CAPS.get(task.difficulty)
                 topo, err = try_parse_layered_yaml(c.text, allowed_roles=CONDUCTOR_ROLES, max_agents=cap)
-                if err is not None:
-                    ct.parse_error, ct.parse_message = err.kind, str(err)
-                else:
+                if topo is not None:
                     ct.topology, ct.metrics = topo, topo.metrics().to_dict()
                     jobs.append((f"e{episodes[i].index}t{turn}", topo, task, episodes[i].seed))
+                elif err is not None:
+                    ct.parse_error, ct.parse_message = err.kind, str(err)
                 turns[i].append(ct)
                 samples[i].append(
                     sample_from_completion("orchestrator", prompt, c, tok, episodes[i].group, {"turn": turn})
@@ -367,7 +377,7 @@ class ConductorRecipe(Recipe):
                 r, ex, de = self.turn_reward(ct, task.difficulty)
                 rewards[i].append(r)
                 parts[i].append((ex, de))
-                if ct.outcome != "passed" and turn + 1 < self.max_turns:
+                if ct.outcome != "passed" and turn + 1 < self.settings.max_turns:
                     still.append(i)
             active = still
         results = []

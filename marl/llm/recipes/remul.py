@@ -52,12 +52,18 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
 
 from societas.agents.agent import Agent
+from societas.agents.llm.base import encode_with_tokenizer
+from societas.agents.llm.function import FunctionLLM
 from societas.marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from societas.marl.llm.recipes.selfplay import heldout_problems
 from societas.marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
+from societas.marl.llm.settings import RecipeConfig, recipe_settings
+from societas.topology.errors import FieldProblem
 from societas.topology.patterns.remul import (
     RemulOutcome,
     early_answering_curve,
@@ -65,7 +71,14 @@ from societas.topology.patterns.remul import (
 )
 from societas.topology.runtime import Runtime
 
-__all__ = ["EVAL_QUESTION_SEED", "RemulRecipe", "heldout_questions", "train_questions", "worked_solution"]
+__all__ = [
+    "EVAL_QUESTION_SEED",
+    "RemulConfig",
+    "RemulRecipe",
+    "heldout_questions",
+    "train_questions",
+    "worked_solution",
+]
 
 EVAL_QUESTION_SEED = 20_261
 """Seed of the fixed held-out questions (:func:`heldout_questions`)."""
@@ -128,18 +141,18 @@ def worked_solution(question: str, answer: int) -> str:
     return "\n".join(lines) + f"\nFinal answer: {answer}"
 
 
-def _check_fracs(name: str, fracs: Sequence[float], *, lo_open: bool, hi_open: bool) -> tuple[float, ...]:
-    out = []
-    for f in fracs:
-        if isinstance(f, bool) or not isinstance(f, (int, float)):
-            raise ValueError(f"{name} must be numbers, got {f!r}")  # noqa: TRY004 (recipe options: ValueError)
-        f = float(f)
-        if not ((0.0 < f if lo_open else 0.0 <= f) and (f < 1.0 if hi_open else f <= 1.0)):
-            raise ValueError(f"{name}: fraction {f} out of range")
-        out.append(f)
-    if len(set(out)) != len(out):
+_Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A fraction of the speaker's reasoning lines."""
+
+
+def _distinct(name: str, fracs: tuple[float, ...]) -> tuple[float, ...]:
+    if len(set(fracs)) != len(fracs):
         raise ValueError(f"{name} must be distinct, got {list(fracs)}")
-    return tuple(out)
+    return fracs
+
+
+def _render_only(messages: Any) -> str:
+    raise RuntimeError("the agent built by RemulRecipe.speaker_prompt only renders prompts")
 
 
 def _base(llm: Any) -> Any:
@@ -147,68 +160,73 @@ def _base(llm: Any) -> Any:
     return llm.llm if isinstance(llm, TokenRecorder) else llm
 
 
+class RemulConfig(RecipeConfig):
+    """Options of :class:`RemulRecipe` (the ``recipe:`` section of ``examples/recipes/remul.yaml``)."""
+
+    questions_per_step: int = Field(2, ge=1, description="training questions drawn per GRPO step")
+    group_size: int = Field(
+        4, ge=2, description="speaker episodes per question: one GRPO group (GRPO compares them)"
+    )
+    n_listeners: int = Field(3, ge=1, description="frozen listeners per cut (the paper's 3)")
+    cuts: tuple[Annotated[float, Field(gt=0.0, lt=1.0)], ...] = Field(
+        (0.25, 0.5, 0.75),
+        strict=False,
+        description="distinct fractions in (0, 1): where the speaker's reasoning is cut for the listeners",
+    )
+    correctness: bool = Field(
+        False, description="add n_listeners x [speaker's answer is right] to the reward (balanced variant)"
+    )
+    speaker_tokens: int = Field(96, ge=1, description="new tokens of the speaker's reasoning and answer")
+    listener_tokens: int = Field(48, ge=1, description="new tokens of each listener's continuation")
+    temperature: float = Field(1.0, ge=0.0, description="speaker sampling temperature in training")
+    listener_temperature: float = Field(0.9, ge=0.0, description="listener sampling temperature")
+    eval_questions: int = Field(6, ge=1, description="fixed held-out questions (greedy speaker)")
+    early_answering: bool = Field(
+        True, description="evaluate the early-answering curve (faithfulness AOC) over the held-out questions"
+    )
+    ea_fractions: tuple[_Fraction, ...] = Field(
+        (0.2, 0.4, 0.6, 0.8, 1.0),
+        strict=False,
+        description="distinct fractions in [0, 1] of the early-answering curve (kept sorted)",
+    )
+    sft_batch: int = Field(8, ge=1, description="worked solutions per masked-SFT step")
+    min_lines: int = Field(
+        0, ge=0, description="keep at least this many reasoning lines in every cut (reference code: 1)"
+    )
+
+    @field_validator("cuts")
+    @classmethod
+    def _distinct_cuts(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v:
+            raise ValueError("cuts must list at least one fraction in (0, 1)")
+        return _distinct("cuts", v)
+
+    @field_validator("ea_fractions")
+    @classmethod
+    def _sorted_fractions(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(sorted(_distinct("ea_fractions", v)))
+
+    @model_validator(mode="after")
+    def _curve_has_points(self) -> RemulConfig:
+        if self.early_answering and (len(self.ea_fractions) < 2 or min(self.ea_fractions) >= 1.0):
+            raise FieldProblem(
+                ("ea_fractions",), "needs two or more distinct fractions, one of them below 1.0"
+            )
+        return self
+
+
 class RemulRecipe(Recipe):
-    """REMUL's speaker trained against frozen listeners (see the module docstring)."""
+    """REMUL's speaker trained against frozen listeners (see the module docstring).
+
+    Built from a :class:`RemulConfig` or its fields as keyword arguments;
+    bad values raise :class:`~societas.marl.llm.settings.SettingsError` naming the field.
+    """
 
     name = "remul"
 
-    def __init__(
-        self,
-        *,
-        questions_per_step: int = 2,
-        group_size: int = 4,
-        n_listeners: int = 3,
-        cuts: Sequence[float] = (0.25, 0.5, 0.75),
-        correctness: bool = False,
-        speaker_tokens: int = 96,
-        listener_tokens: int = 48,
-        temperature: float = 1.0,
-        listener_temperature: float = 0.9,
-        eval_questions: int = 6,
-        early_answering: bool = True,
-        ea_fractions: Sequence[float] = (0.2, 0.4, 0.6, 0.8, 1.0),
-        sft_batch: int = 8,
-        min_lines: int = 0,
-    ) -> None:
-        for key, val, lo in (
-            ("questions_per_step", questions_per_step, 1),
-            ("group_size", group_size, 2),
-            ("n_listeners", n_listeners, 1),
-            ("speaker_tokens", speaker_tokens, 1),
-            ("listener_tokens", listener_tokens, 1),
-            ("eval_questions", eval_questions, 1),
-            ("sft_batch", sft_batch, 1),
-            ("min_lines", min_lines, 0),
-        ):
-            if isinstance(val, bool) or not isinstance(val, int) or val < lo:
-                extra = " (GRPO compares the episodes of one question)" if key == "group_size" else ""
-                raise ValueError(f"{key} must be an integer >= {lo}, got {val!r}{extra}")
-        for key, val in (("temperature", temperature), ("listener_temperature", listener_temperature)):
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-                raise ValueError(f"{key} must be a number >= 0, got {val!r}")
-        if not isinstance(correctness, bool) or not isinstance(early_answering, bool):
-            raise ValueError("correctness and early_answering must be booleans")  # noqa: TRY004
-        cut_t = _check_fracs("cuts", cuts, lo_open=True, hi_open=True)
-        if not cut_t:
-            raise ValueError("cuts must list at least one fraction in (0, 1)")
-        ea_t = tuple(sorted(_check_fracs("ea_fractions", ea_fractions, lo_open=False, hi_open=False)))
-        if early_answering and (len(ea_t) < 2 or not any(f < 1.0 for f in ea_t)):
-            raise ValueError("ea_fractions needs two or more distinct fractions, one of them below 1.0")
-        self.questions_per_step = questions_per_step
-        self.group_size = group_size
-        self.n_listeners = n_listeners
-        self.cuts = cut_t
-        self.correctness = correctness
-        self.speaker_tokens = speaker_tokens
-        self.listener_tokens = listener_tokens
-        self.temperature = float(temperature)
-        self.listener_temperature = float(listener_temperature)
-        self.eval_questions = eval_questions
-        self.early_answering = early_answering
-        self.ea_fractions = ea_t
-        self.sft_batch = sft_batch
-        self.min_lines = min_lines
-        self._eval = heldout_questions(eval_questions)
+    def __init__(self, settings: RemulConfig | Mapping[str, Any] | None = None, /, **options: Any) -> None:
+        self.settings = recipe_settings(RemulConfig, settings, options)
+        self._eval = heldout_questions(self.settings.eval_questions)
         self._eval_set = frozenset(q for q, _ in self._eval)
         self.role_map = RoleMap({"speaker": "speaker"})
 
@@ -216,30 +234,8 @@ class RemulRecipe(Recipe):
     def policies(self) -> tuple[str, ...]:
         return ("speaker",)
 
-    @property
-    def max_reward(self) -> float:
-        """9 for 3 cuts x 3 listeners; ``+ n_listeners`` with correctness."""
-        return float(len(self.cuts) * self.n_listeners + (self.n_listeners if self.correctness else 0))
-
     def config(self) -> dict[str, Any]:
-        keys = (
-            "questions_per_step",
-            "group_size",
-            "n_listeners",
-            "cuts",
-            "correctness",
-            "speaker_tokens",
-            "listener_tokens",
-            "temperature",
-            "listener_temperature",
-            "eval_questions",
-            "early_answering",
-            "ea_fractions",
-            "sft_batch",
-            "min_lines",
-        )
-        out = {k: getattr(self, k) for k in keys}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return self.settings.model_dump(mode="json")
 
     # -- the graph ----------------------------------------------------------------------------------
 
@@ -247,21 +243,21 @@ class RemulRecipe(Recipe):
         """The speaker/listeners graph (speaker model ``"speaker"``, listeners ``"listener"``)."""
         refs = {str(k): str(v) for k, v in (references or {}).items()}
         return speaker_listeners(
-            self.cuts,
-            self.n_listeners,
+            self.settings.cuts,
+            self.settings.n_listeners,
             speaker_llm="speaker",
             listener_llm="listener",
             speaker_params={
-                "temperature": self.temperature if train else 0.0,
-                "max_new_tokens": self.speaker_tokens,
+                "temperature": self.settings.temperature if train else 0.0,
+                "max_new_tokens": self.settings.speaker_tokens,
             },
             listener_params={
-                "temperature": self.listener_temperature,
-                "max_new_tokens": self.listener_tokens,
+                "temperature": self.settings.listener_temperature,
+                "max_new_tokens": self.settings.listener_tokens,
             },
-            balanced=self.correctness and bool(refs),
+            balanced=self.settings.correctness and bool(refs),
             references=refs or None,
-            min_lines=self.min_lines,
+            min_lines=self.settings.min_lines,
             name="remul",
         )
 
@@ -270,25 +266,25 @@ class RemulRecipe(Recipe):
         ns = self.graph(train=True).node("speaker")
         return Agent(
             name="speaker",
-            llm=None,
+            llm=FunctionLLM(_render_only, name="render-only"),  # build_prompt never calls the LLM
             role=ns.role,
-            system_prompt=ns.prompt,  # type: ignore[arg-type]
+            system_prompt=ns.prompt,
             template=ns.template,
         ).build_prompt(question, [])
 
     # -- episodes ---------------------------------------------------------------------------------
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
-        qs = train_questions(self.questions_per_step, seed, self._eval_set)
+        qs = train_questions(self.settings.questions_per_step, seed, self._eval_set)
         return [
             Episode(
                 {"kind": "question", "question": q, "answer": a},
                 episode_seed(seed, q, g),
                 f"q:{q}",
-                i * self.group_size + g,
+                i * self.settings.group_size + g,
             )
             for i, (q, a) in enumerate(qs)
-            for g in range(self.group_size)
+            for g in range(self.settings.group_size)
         ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
@@ -302,7 +298,7 @@ class RemulRecipe(Recipe):
             )
             for j, (q, a) in enumerate(self._eval)
         ]
-        if self.early_answering:
+        if self.settings.early_answering:
             eps.append(
                 Episode(
                     {
@@ -319,11 +315,9 @@ class RemulRecipe(Recipe):
 
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
         """Masked SFT on answer tokens: worked solutions, loss only on the ``Final answer: N`` line."""
-        from societas.agents.llm.base import encode_with_tokenizer
-
         eos = tokenizer.eos_token_id
         out = []
-        for q, a in train_questions(self.sft_batch, seed, self._eval_set):
+        for q, a in train_questions(self.settings.sft_batch, seed, self._eval_set):
             text = worked_solution(q, a)
             reasoning, _, answer_line = text.rpartition("\n")
             pre = list(tokenizer.encode(reasoning + "\n", add_special_tokens=False))
@@ -404,11 +398,11 @@ class RemulRecipe(Recipe):
             _base(llms["speaker"]),
             e.task["questions"],
             [str(a) for a in e.task["answers"]],
-            self.ea_fractions,
+            self.settings.ea_fractions,
             listener_llm=llms[FROZEN],
-            speaker_params={"temperature": 0.0, "max_new_tokens": self.speaker_tokens},
-            listener_params={"temperature": 0.0, "max_new_tokens": self.listener_tokens},
-            min_lines=self.min_lines,
+            speaker_params={"temperature": 0.0, "max_new_tokens": self.settings.speaker_tokens},
+            listener_params={"temperature": 0.0, "max_new_tokens": self.settings.listener_tokens},
+            min_lines=self.settings.min_lines,
             seed=e.seed % (2**31),
         )
         metrics = {"early_answering_aoc": curve.aoc, "early_answering_used": float(curve.n_used)}

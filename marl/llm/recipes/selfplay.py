@@ -33,20 +33,19 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field, model_validator
+
 from societas.agents.llm.base import SamplingParams
 from societas.agents.parsers import answers_match, extract_final_answer
 from societas.marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from societas.marl.llm.rollouts import RoleMap, samples_from_trace
-from societas.topology.patterns.selfplay import (
-    SOLVER_TEMPLATE,
-    ProposerSolverOutcome,
-    arithmetic_task_hops,
-    arithmetic_word_problem_task,
-    proposer_solver,
-)
+from societas.marl.llm.settings import RecipeConfig, recipe_settings
+from societas.topology.errors import FieldProblem
+from societas.topology.patterns.arithmetic import arithmetic_task_hops, arithmetic_word_problem_task
+from societas.topology.patterns.selfplay import SOLVER_TEMPLATE, ProposerSolverOutcome, proposer_solver
 from societas.topology.runtime import Runtime
 
-__all__ = ["SelfPlayRecipe", "heldout_problems"]
+__all__ = ["SelfPlayConfig", "SelfPlayRecipe", "heldout_problems"]
 
 _NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo")
 _ITEMS = ("apples", "books", "marbles", "pencils", "stickers", "cookies", "coins", "shells")
@@ -80,76 +79,72 @@ def heldout_problems(n: int, seed: int = 12345) -> list[tuple[str, int]]:
     return out
 
 
+class SelfPlayConfig(RecipeConfig):
+    """Options of :class:`SelfPlayRecipe` (the ``recipe:`` section of ``examples/recipes/selfplay.yaml``)."""
+
+    proposals_per_step: int = Field(
+        8,
+        ge=2,
+        description="proposer instructions per step, one sample each (HRPO standardises within hop groups)",
+    )
+    n_solvers: int = Field(5, ge=1, description="solver answers per question (the paper's n = 5)")
+    proposer_tokens: int = Field(64, ge=1, description="new tokens of the proposer's question and answer")
+    solver_tokens: int = Field(96, ge=1, description="new tokens of each solver answer")
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of proposer and solvers")
+    proposer_steps: int = Field(1, ge=0, description="consecutive proposer steps in each alternation period")
+    solver_steps: int = Field(1, ge=0, description="consecutive solver steps in each alternation period")
+    eval_proposals: int = Field(12, ge=1, description="fixed held-out proposer instructions")
+    eval_problems: int = Field(
+        16, ge=0, description="fixed held-out word problems with computed answers (solver accuracy)"
+    )
+    shared: bool = Field(False, description="one policy plays proposer and solver instead of two copies")
+
+    @model_validator(mode="after")
+    def _someone_trains(self) -> SelfPlayConfig:
+        if self.proposer_steps + self.solver_steps == 0:
+            raise FieldProblem(
+                ("solver_steps",), "proposer_steps and solver_steps are both 0: nothing trains"
+            )
+        return self
+
+
 class SelfPlayRecipe(Recipe):
-    """Proposer/solver self-play on arithmetic word problems (see the module docstring)."""
+    """Proposer/solver self-play on arithmetic word problems (see the module docstring).
+
+    Built from a :class:`SelfPlayConfig` or its fields as keyword arguments;
+    bad values raise :class:`~societas.marl.llm.settings.SettingsError` naming the field.
+    """
 
     name = "selfplay"
 
-    def __init__(
-        self,
-        *,
-        proposals_per_step: int = 8,
-        n_solvers: int = 5,
-        proposer_tokens: int = 64,
-        solver_tokens: int = 96,
-        temperature: float = 1.0,
-        proposer_steps: int = 1,
-        solver_steps: int = 1,
-        eval_proposals: int = 12,
-        eval_problems: int = 16,
-        shared: bool = False,
-    ) -> None:
-        if proposals_per_step < 2:
-            raise ValueError("proposals_per_step must be at least 2 (HRPO standardises within hop groups)")
-        if proposer_steps < 0 or solver_steps < 0 or proposer_steps + solver_steps == 0:
-            raise ValueError("proposer_steps and solver_steps must be >= 0 and not both 0")
-        self.proposals_per_step = proposals_per_step
-        self.n_solvers = n_solvers
-        self.proposer_tokens = proposer_tokens
-        self.solver_tokens = solver_tokens
-        self.temperature = temperature
-        self.proposer_steps = proposer_steps
-        self.solver_steps = solver_steps
-        self.eval_proposals = eval_proposals
-        self.eval_problems = eval_problems
-        self.shared = shared
+    def __init__(self, settings: SelfPlayConfig | Mapping[str, Any] | None = None, /, **options: Any) -> None:
+        self.settings = recipe_settings(SelfPlayConfig, settings, options)
+        cfg = self.settings
         self.role_map = RoleMap({"proposer": self._pol("proposer"), "solver": self._pol("solver")})
         self.graph = proposer_solver(
-            n_solvers,
+            cfg.n_solvers,
             proposer_llm="proposer",
             solver_llm="solver",
             solver_seed=None,
-            proposer_params={"temperature": temperature, "max_new_tokens": proposer_tokens},
-            solver_params={"temperature": temperature, "max_new_tokens": solver_tokens},
+            proposer_params={"temperature": cfg.temperature, "max_new_tokens": cfg.proposer_tokens},
+            solver_params={"temperature": cfg.temperature, "max_new_tokens": cfg.solver_tokens},
         )
 
     def _pol(self, role: str) -> str:
-        return "policy" if self.shared else role
+        return "policy" if self.settings.shared else role
 
     @property
     def policies(self) -> tuple[str, ...]:
-        return ("policy",) if self.shared else ("proposer", "solver")
+        return ("policy",) if self.settings.shared else ("proposer", "solver")
 
     def config(self) -> dict[str, Any]:
-        keys = (
-            "proposals_per_step",
-            "n_solvers",
-            "proposer_tokens",
-            "solver_tokens",
-            "temperature",
-            "proposer_steps",
-            "solver_steps",
-            "eval_proposals",
-            "eval_problems",
-            "shared",
-        )
-        return {k: getattr(self, k) for k in keys}
+        return self.settings.model_dump(mode="json")
 
     def trained_policies(self, step: int) -> tuple[str, ...]:
-        if self.shared:
+        if self.settings.shared:
             return ("policy",)
-        period = self.proposer_steps + self.solver_steps
-        return ("proposer",) if step % period < self.proposer_steps else ("solver",)
+        period = self.settings.proposer_steps + self.settings.solver_steps
+        return ("proposer",) if step % period < self.settings.proposer_steps else ("solver",)
 
     # -- episodes ---------------------------------------------------------------------------------
 
@@ -169,11 +164,12 @@ class SelfPlayRecipe(Recipe):
         return eps
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
-        return self._episodes(self.proposals_per_step, seed, "selfplay")
+        return self._episodes(self.settings.proposals_per_step, seed, "selfplay")
 
     def eval_episodes(self, seed: int) -> list[Episode]:
-        eps = self._episodes(self.eval_proposals, 10_007, "selfplay")  # fixed across seeds: one held-out set
-        for j, (q, ans) in enumerate(heldout_problems(self.eval_problems)):
+        # Fixed across seeds: one held-out set.
+        eps = self._episodes(self.settings.eval_proposals, 10_007, "selfplay")
+        for j, (q, ans) in enumerate(heldout_problems(self.settings.eval_problems)):
             eps.append(
                 Episode(
                     {"kind": "problem", "question": q, "answer": ans},
@@ -196,10 +192,10 @@ class SelfPlayRecipe(Recipe):
         play = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "selfplay"]
         probs = [(i, e) for i, e in enumerate(episodes) if e.task["kind"] == "problem"]
         if play:
-            for (i, e), res in zip(play, self._play(llms, [e for _, e in play], train)):
+            for (i, _), res in zip(play, self._play(llms, [e for _, e in play], train)):
                 out[i] = res
         if probs:
-            for (i, e), res in zip(probs, self._solve(llms, [e for _, e in probs])):
+            for (i, _), res in zip(probs, self._solve(llms, [e for _, e in probs])):
                 out[i] = res
         return [r for r in out if r is not None]
 
@@ -267,7 +263,9 @@ class SelfPlayRecipe(Recipe):
             [{"role": "user", "content": SOLVER_TEMPLATE.format(inputs="\n\n" + e.task["question"])}]
             for e in episodes
         ]
-        params = [SamplingParams(temperature=0.0, max_new_tokens=self.solver_tokens) for _ in episodes]
+        params = [
+            SamplingParams(temperature=0.0, max_new_tokens=self.settings.solver_tokens) for _ in episodes
+        ]
         outs = solver.generate(prompts, params)
         results = []
         for e, comps in zip(episodes, outs):

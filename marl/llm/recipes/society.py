@@ -67,6 +67,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import Field
+
 from societas.agents.llm.function import FunctionLLM
 from societas.agents.parsers import answers_match, extract_final_answer, normalize_answer
 from societas.marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
@@ -77,10 +79,11 @@ from societas.marl.llm.recipes.remul import (
     worked_solution,
 )
 from societas.marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
+from societas.marl.llm.settings import RecipeConfig, recipe_settings
 from societas.topology.patterns.society import DEFAULT_PERSONAS, Persona, society_of_thought
 from societas.topology.runtime import Runtime
 
-__all__ = ["SocietyDialogue", "SocietyRecipe", "majority_answer", "society_dialogue"]
+__all__ = ["SocietyConfig", "SocietyDialogue", "SocietyRecipe", "majority_answer", "society_dialogue"]
 
 
 def majority_answer(answers: Sequence[str | None]) -> str | None:
@@ -171,69 +174,50 @@ def society_dialogue(
     )
 
 
+class SocietyConfig(RecipeConfig):
+    """Options of :class:`SocietyRecipe` (the ``recipe:`` section of ``examples/recipes/society.yaml``)."""
+
+    n_personas: int = Field(
+        3,
+        ge=2,
+        le=len(DEFAULT_PERSONAS),
+        description="personas in the debate: the first n of DEFAULT_PERSONAS",
+    )
+    rounds: int = Field(1, ge=1, description="debate rounds; in round r > 0 each persona reads round r-1")
+    questions_per_step: int = Field(2, ge=1, description="training questions drawn per GRPO step")
+    group_size: int = Field(2, ge=2, description="debates per question: one GRPO group (GRPO compares them)")
+    persona_tokens: int = Field(64, ge=1, description="new tokens of each persona message")
+    aggregator_tokens: int = Field(64, ge=1, description="new tokens of the aggregator's answer")
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature in training")
+    eval_temperature: float = Field(0.0, ge=0.0, description="sampling temperature at evaluation (0: greedy)")
+    eval_questions: int = Field(6, ge=1, description="fixed held-out questions (remul's held-out set)")
+    train_aggregator: bool = Field(
+        True, description="the aggregator's message is a sample of the shared policy too"
+    )
+    sft_batch: int = Field(8, ge=1, description="scripted discussions per SFT step")
+    sft_slip_rate: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="probability that one persona of a scripted discussion slips (and is corrected)",
+    )
+
+
 class SocietyRecipe(Recipe):
-    """Personas debate; one shared policy trained on the aggregated answer's accuracy (see the module docstring)."""
+    """Personas debate; one shared policy trained on the aggregated answer's accuracy (see the module docstring).
+
+    Built from a :class:`SocietyConfig` or its fields as keyword arguments;
+    bad values raise :class:`~societas.marl.llm.settings.SettingsError` naming the field.
+    """
 
     name = "society"
 
-    def __init__(
-        self,
-        *,
-        n_personas: int = 3,
-        rounds: int = 1,
-        questions_per_step: int = 2,
-        group_size: int = 2,
-        persona_tokens: int = 64,
-        aggregator_tokens: int = 64,
-        temperature: float = 1.0,
-        eval_temperature: float = 0.0,
-        eval_questions: int = 6,
-        train_aggregator: bool = True,
-        sft_batch: int = 8,
-        sft_slip_rate: float = 0.5,
-    ) -> None:
-        for key, val, lo in (
-            ("n_personas", n_personas, 2),
-            ("rounds", rounds, 1),
-            ("questions_per_step", questions_per_step, 1),
-            ("group_size", group_size, 2),
-            ("persona_tokens", persona_tokens, 1),
-            ("aggregator_tokens", aggregator_tokens, 1),
-            ("eval_questions", eval_questions, 1),
-            ("sft_batch", sft_batch, 1),
-        ):
-            if isinstance(val, bool) or not isinstance(val, int) or val < lo:
-                extra = " (GRPO compares the episodes of one question)" if key == "group_size" else ""
-                raise ValueError(f"{key} must be an integer >= {lo}, got {val!r}{extra}")
-        if n_personas > len(DEFAULT_PERSONAS):
-            raise ValueError(f"n_personas must be at most {len(DEFAULT_PERSONAS)} (the default personas)")
-        for key, val in (("temperature", temperature), ("eval_temperature", eval_temperature)):
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-                raise ValueError(f"{key} must be a number >= 0, got {val!r}")
-        if (
-            isinstance(sft_slip_rate, bool)
-            or not isinstance(sft_slip_rate, (int, float))
-            or not 0.0 <= sft_slip_rate <= 1.0
-        ):
-            raise ValueError(f"sft_slip_rate must be a number in [0, 1], got {sft_slip_rate!r}")
-        if not isinstance(train_aggregator, bool):
-            raise ValueError("train_aggregator must be a boolean")  # noqa: TRY004
-        self.n_personas = n_personas
-        self.rounds = rounds
-        self.questions_per_step = questions_per_step
-        self.group_size = group_size
-        self.persona_tokens = persona_tokens
-        self.aggregator_tokens = aggregator_tokens
-        self.temperature = float(temperature)
-        self.eval_temperature = float(eval_temperature)
-        self.eval_questions = eval_questions
-        self.train_aggregator = train_aggregator
-        self.sft_batch = sft_batch
-        self.sft_slip_rate = float(sft_slip_rate)
-        self.persona_names = tuple(p.name for p in DEFAULT_PERSONAS[:n_personas])
-        self._eval = heldout_questions(eval_questions)
+    def __init__(self, settings: SocietyConfig | Mapping[str, Any] | None = None, /, **options: Any) -> None:
+        self.settings = recipe_settings(SocietyConfig, settings, options)
+        self.persona_names = tuple(p.name for p in DEFAULT_PERSONAS[: self.settings.n_personas])
+        self._eval = heldout_questions(self.settings.eval_questions)
         self._eval_set = frozenset(q for q, _ in self._eval)
-        roles = {"persona": "society"} | ({"aggregator": "society"} if train_aggregator else {})
+        roles = {"persona": "society"} | ({"aggregator": "society"} if self.settings.train_aggregator else {})
         self.role_map = RoleMap(roles)
 
     @property
@@ -241,31 +225,17 @@ class SocietyRecipe(Recipe):
         return ("society",)
 
     def config(self) -> dict[str, Any]:
-        keys = (
-            "n_personas",
-            "rounds",
-            "questions_per_step",
-            "group_size",
-            "persona_tokens",
-            "aggregator_tokens",
-            "temperature",
-            "eval_temperature",
-            "eval_questions",
-            "train_aggregator",
-            "sft_batch",
-            "sft_slip_rate",
-        )
-        return {k: getattr(self, k) for k in keys} | {"personas": list(self.persona_names)}
+        return self.settings.model_dump(mode="json") | {"personas": list(self.persona_names)}
 
     def graph(self, *, train: bool = True) -> Any:
         """The society graph; every node uses the model named ``"society"``."""
-        t = self.temperature if train else self.eval_temperature
+        t = self.settings.temperature if train else self.settings.eval_temperature
         return society_of_thought(
-            self.n_personas,
-            self.rounds,
+            self.settings.n_personas,
+            self.settings.rounds,
             llm="society",
-            params={"temperature": t, "max_new_tokens": self.persona_tokens},
-            aggregator_params={"temperature": t, "max_new_tokens": self.aggregator_tokens},
+            params={"temperature": t, "max_new_tokens": self.settings.persona_tokens},
+            aggregator_params={"temperature": t, "max_new_tokens": self.settings.aggregator_tokens},
             name="society",
             llms={"society": "embedded"},
         )
@@ -273,11 +243,16 @@ class SocietyRecipe(Recipe):
     # -- episodes ---------------------------------------------------------------------------------
 
     def train_episodes(self, step: int, seed: int) -> list[Episode]:
-        qs = train_questions(self.questions_per_step, seed, self._eval_set)
+        qs = train_questions(self.settings.questions_per_step, seed, self._eval_set)
         return [
-            Episode({"question": q, "answer": a}, episode_seed(seed, q, g), f"q:{q}", i * self.group_size + g)
+            Episode(
+                {"question": q, "answer": a},
+                episode_seed(seed, q, g),
+                f"q:{q}",
+                i * self.settings.group_size + g,
+            )
             for i, (q, a) in enumerate(qs)
-            for g in range(self.group_size)
+            for g in range(self.settings.group_size)
         ]
 
     def eval_episodes(self, seed: int) -> list[Episode]:
@@ -291,11 +266,14 @@ class SocietyRecipe(Recipe):
     def sft_samples(self, step: int, seed: int, tokenizer: Any) -> dict[str, list[TokenSample]]:
         """Samples of ``sft_batch`` scripted discussions (:func:`society_dialogue`), prompts exactly as in a run."""
         rng = random.Random(seed)
-        qs = train_questions(self.sft_batch, seed, self._eval_set)
+        qs = train_questions(self.settings.sft_batch, seed, self._eval_set)
         dialogues = {
-            q: society_dialogue(q, a, self.persona_names, self.rounds, rng, self.sft_slip_rate) for q, a in qs
+            q: society_dialogue(
+                q, a, self.persona_names, self.settings.rounds, rng, self.settings.sft_slip_rate
+            )
+            for q, a in qs
         }
-        script = _DialogueScript(dialogues, DEFAULT_PERSONAS[: self.n_personas])
+        script = _DialogueScript(dialogues, DEFAULT_PERSONAS[: self.settings.n_personas])
         runs = Runtime(
             self.graph(train=True), llms={"society": FunctionLLM(batch_fn=script, name="sft-script")}
         ).run_many([q for q, _ in qs])

@@ -1,0 +1,114 @@
+"""The models of a training run, built the same way by the loop and by each rollout worker.
+
+:class:`Backend` loads the frozen base model of a :class:`TrainConfig` and one
+trainable copy per policy of a recipe, with the LLMs that serve them; the loop
+(:mod:`societas.marl.llm.loop`) and every Ray actor of
+:mod:`societas.marl.llm.distributed` build one each, so both sample from
+identically structured policies.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from societas.agents.llm import load_llm
+from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.recipe import FROZEN, Recipe, episode_seed
+from societas.marl.llm.rollouts import TokenRecorder
+from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
+
+__all__ = ["Backend", "TrainConfig"]
+
+
+class TrainConfig(BaseModel):
+    """The loop's settings (a recipe has its own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        "embedded", description="base model URI for every policy and the frozen roles (a local model)"
+    )
+    steps: int = Field(10, ge=0, description="GRPO steps")
+    sft_steps: int = Field(
+        0, ge=0, description="supervised warm-start steps before GRPO (recipes that have data)"
+    )
+    sft_lr: float = Field(5e-5, gt=0.0, description="learning rate of the SFT warm start")
+    eval_every: int = Field(2, ge=1, description="held-out evaluation every N GRPO steps (and at the end)")
+    checkpoint_every: int = Field(0, ge=0, description="0: only at the end")
+    seed: int = Field(0, description="seed of the episodes, the policies' updates and every random draw")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: torch's default)")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$",
+        description="auto, cpu, mps, cuda or cuda:N (auto: where the model loads)",
+    )
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    serve: str | None = Field(
+        None,
+        pattern=r"^vllm:.+",
+        description="'vllm:MODEL' to generate the policies' rollouts with vLLM "
+        "(the same weights as 'model'; updated weights are pushed after every step)",
+    )
+    serve_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)"
+    )
+    rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
+
+
+class Backend:
+    """The models of a run: trainable policies, their serving LLMs and the frozen base."""
+
+    def __init__(self, cfg: TrainConfig, recipe: Recipe) -> None:
+        base = load_llm(cfg.model)
+        if not isinstance(base, TransformersLLM):
+            raise ValueError(
+                f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
+                "(use 'embedded', 'hf:PATH' or 'gguf:FILE')"
+            )
+        if cfg.device != "auto":
+            base.model.to(cfg.device)
+            base.device = torch.device(cfg.device)
+        base.model.requires_grad_(False)
+        base.model.eval()
+        self.frozen = base
+        self.tokenizer = base.tokenizer
+        self.trainers: dict[str, PolicyTrainer] = {}
+        self.serving: dict[str, Any] = {}
+        for name in recipe.policies:
+            model = copy.deepcopy(base.model)
+            model.requires_grad_(True)
+            gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
+            ref = base.model if gcfg.kl_beta > 0 else None
+            self.trainers[name] = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
+            self.serving[name] = TransformersLLM(
+                self.trainers[name].model, self.tokenizer, device=base.device, name=f"{base.name}:{name}"
+            )
+        self.vllm: dict[str, Any] = {}
+        if cfg.serve is not None:
+            if not cfg.serve.startswith("vllm:"):
+                raise ValueError(f"serve must be 'vllm:MODEL_DIR', got {cfg.serve!r}")
+            for name in recipe.policies:
+                self.vllm[name] = load_llm(cfg.serve, **cfg.serve_kwargs)
+                self.sync(name)  # the engine serves exactly the policy's weights from the start
+
+    def llms(self) -> dict[str, Any]:
+        out: dict[str, Any] = {FROZEN: self.frozen}
+        for name in self.trainers:
+            out[name] = TokenRecorder(self.vllm.get(name, self.serving[name]))
+        return out
+
+    def sync(self, name: str) -> None:
+        tr = self.trainers[name]
+        tr.sync_to(self.serving[name])
+        if name in self.vllm:
+            tr.sync_to(self.vllm[name])
+
+    def state_dicts(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {
+            n: {k: v.detach().cpu() for k, v in t.model.state_dict().items()}
+            for n, t in self.trainers.items()
+        }
