@@ -39,14 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyspiel  # noqa: E402
-import torch  # noqa: E402
-from open_spiel.python.algorithms import cfr as os_cfr  # noqa: E402
+import numpy as np
+import pyspiel
+import torch
+from open_spiel.python.algorithms import cfr as os_cfr
 
-from societas.marl.games import CFRSolver, evaluate, load_game  # noqa: E402
-from societas.marl.games.algorithms import DCFR  # noqa: E402
-from societas.marl.games.tree import _cache_path, resolve_device  # noqa: E402
+from societas.marl.games import CFRSolver, evaluate, load_game
+from societas.marl.games.algorithms import DCFR
+from societas.marl.games.tree import cache_path, resolve_device
 
 LARGE = 1_000_000  # histories above which a game counts as large (fewer iterations)
 
@@ -91,7 +91,7 @@ def bench_game(
 ) -> dict:
     row: dict = {"game": game_name}
     # ---- build / load
-    cached = _cache_path(game_name).exists() and cache
+    cached = cache_path(game_name).exists() and cache
     t0 = time.perf_counter()
     tree = load_game(game_name, device, cache=cache)
     _sync(device)
@@ -289,7 +289,7 @@ def main() -> None:
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as exc:
         print(f"error: --device {args.device!r}: {exc}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     print(
         f"# machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"threads {torch.get_num_threads()}, device {device}, OpenSpiel "

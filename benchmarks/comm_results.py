@@ -45,7 +45,13 @@ import torch
 
 ALL_MODULES = ["none", "commnet", "tarmac", "ic3net", "dial", "gat", "commformer"]
 # Published references for MPE speaker-listener (see the note).
-PUBLISHED_NOTE = "the MAPPO paper (arXiv 2103.01955) and EPyMARL (arXiv 2006.07869) report MPE speaker-listener episode returns for MAPPO; their tables could not be checked offline when this was written, so no figure is quoted. The scripted listeners above bound the task: steering to the centre of the landmarks (what a listener that ignores the speaker can do) and steering to the goal (what perfect communication allows)"
+PUBLISHED_NOTE = (
+    "the MAPPO paper (arXiv 2103.01955) and EPyMARL (arXiv 2006.07869) report MPE "
+    "speaker-listener episode returns for MAPPO; their tables could not be checked offline when "
+    "this was written, so no figure is quoted. The scripted listeners above bound the task: "
+    "steering to the centre of the landmarks (what a listener that ignores the speaker can do) "
+    "and steering to the goal (what perfect communication allows)"
+)
 
 
 def _run_one(args: tuple) -> dict:

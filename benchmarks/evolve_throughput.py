@@ -43,12 +43,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from societas.evolve.config import EvolveConfig, load_config, parse_config  # noqa: E402
-from societas.evolve.controller import Controller  # noqa: E402
-from societas.evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation  # noqa: E402
-from societas.evolve.executors import ExecutorError, make_executor  # noqa: E402
-from societas.evolve.mutation import MutationError, perturb_constants  # noqa: E402
-from societas.evolve.task import Task, load_task  # noqa: E402
+from societas.evolve.config import EvolveConfig, load_config, parse_config
+from societas.evolve.controller import Controller
+from societas.evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation
+from societas.evolve.executors import ExecutorError, make_executor
+from societas.evolve.mutation import MutationError, perturb_constants
+from societas.evolve.task import Task, load_task
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"cfr": "cfr", "curve_fit": str(REPO / "tests" / "evolve" / "tasks" / "curve_fit")}

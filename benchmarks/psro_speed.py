@@ -33,14 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyspiel  # noqa: E402
-import torch  # noqa: E402
-from open_spiel.python import policy as os_policy  # noqa: E402
+import numpy as np
+import pyspiel
+import torch
+from open_spiel.python import policy as os_policy
 
-from societas.marl.games import load_game  # noqa: E402
-from societas.marl.games.evaluate import policy_value  # noqa: E402
-from societas.marl.games.psro import MetaGame, run_psro  # noqa: E402
+from societas.marl.games import load_game
+from societas.marl.games.evaluate import policy_value
+from societas.marl.games.psro import MetaGame, run_psro
 
 # The training games of arXiv 2602.16928 whose policies OpenSpiel's
 # expected_returns takes directly (Goofspiel is simultaneous-move; our tree

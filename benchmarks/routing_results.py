@@ -39,10 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from societas.marl.routing import RoutingTrainConfig, run_runtime, train_routing  # noqa: E402
-from societas.topology import graph_to_mermaid  # noqa: E402
+from societas.marl.routing import RoutingTrainConfig, run_runtime, train_routing
+from societas.topology import graph_to_mermaid
 
 ROWS = (
     ("fully_connected", "fully connected DAG"),
@@ -237,7 +237,7 @@ def main() -> None:
         "runtime_agrees": agrees,
     }
     table_json = {
-        "config": {k: v for k, v in vars(args).items()},
+        "config": dict(vars(args).items()),
         "env": env.config.model_dump(),
         "rows": {key: {m: {"mean": v[0], "std": v[1]} for m, v in agg[key].items()} for key, _ in ROWS},
         "per_seed": [

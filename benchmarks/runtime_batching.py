@@ -12,6 +12,10 @@
    every node waiting for the whole previous layer) of trivial FunctionLLM
    agents, against LangGraph running the same graph of trivial nodes (each
    node joined on the whole previous layer with ``add_edge(list, node)``).
+3. Setup costs (median of repeats): reloading the embedded model from its
+   converted cache (the first load converts the GGUF file; later ones should
+   take seconds), and rejecting an alias-bomb ("billion laughs") answer in
+   the AgentConductor layered-YAML parser (refused before it expands).
 
 Run: ``python benchmarks/runtime_batching.py`` (``--quick`` for a smoke run).
 Prints a table and ends with one JSON line of the headline figures.
@@ -29,11 +33,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from societas.agents import FunctionLLM, load_llm  # noqa: E402
-from societas.topology.patterns import layered, society_of_thought, star  # noqa: E402
-from societas.topology.runtime import Runtime  # noqa: E402
+from societas.agents import FunctionLLM, load_llm
+from societas.agents.embedded import prepare
+from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.topology.errors import YAMLSyntaxError
+from societas.topology.layered import parse_layered_yaml
+from societas.topology.patterns import layered, society_of_thought, star
+from societas.topology.runtime import Runtime
 
 
 class OneCallAtATime:
@@ -120,7 +128,7 @@ def _langgraph(layers: int, width: int, repeats: int) -> dict:
     from langgraph.graph import END, START, StateGraph
 
     # functional form: this module's postponed annotations would hide the reducer
-    State = TypedDict("State", {"n": Annotated[int, operator.add]})
+    State = TypedDict("State", {"n": Annotated[int, operator.add]})  # noqa: UP013
 
     def node(_state):
         return {"n": 1}
@@ -157,6 +165,29 @@ def _langgraph(layers: int, width: int, repeats: int) -> dict:
     }
 
 
+def setup_costs(repeats: int) -> dict:
+    model_dir = prepare()  # converts on the first call; the timed loads read the cache
+    loads = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        TransformersLLM(model_dir)
+        loads.append(time.perf_counter() - t0)
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{cur}: &{cur} [{','.join(['*' + prev] * 9)}]")
+    bomb = "```yaml\n" + "\n".join(lines) + "\nlayers: *i\n```"
+    rejects = []
+    for _ in range(max(repeats, 5)):
+        t0 = time.perf_counter()
+        try:
+            parse_layered_yaml(bomb)
+        except YAMLSyntaxError:
+            rejects.append(time.perf_counter() - t0)
+        else:
+            raise RuntimeError("the alias bomb was accepted")
+    return {"embedded_reload_s": statistics.median(loads), "alias_bomb_reject_s": statistics.median(rejects)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter generations, one repeat")
@@ -166,7 +197,8 @@ def main() -> None:
     print(f"# machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     rows = batching(args.quick, repeats)
     print(
-        "\n| graph | batched tok/s | one-at-a-time tok/s | speed-up | batched wall s | sequential wall s | tokens | same outputs |"
+        "\n| graph | batched tok/s | one-at-a-time tok/s | speed-up | batched wall s "
+        "| sequential wall s | tokens | same outputs |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
@@ -183,6 +215,11 @@ def main() -> None:
         print(f"| LangGraph {lg['version']} | {lg['ms_per_node']:.3f} | {lg['build_s']:.2f} |")
     else:
         print("| LangGraph | not installed (pip install 'societas[dev]') | |")
+    setup = setup_costs(repeats)
+    print("\n| setup cost | median s |")
+    print("|---|---|")
+    print(f"| embedded model reload from the converted cache | {setup['embedded_reload_s']:.2f} |")
+    print(f"| reject an alias-bomb layered YAML answer | {setup['alias_bomb_reject_s']:.4f} |")
     head = {
         "benchmark": "runtime_batching",
         "society_speedup": round(rows["society 8x2"]["speedup"], 2),
@@ -193,6 +230,8 @@ def main() -> None:
         "overhead_ratio_vs_langgraph": round(lg["ms_per_node"] / ov["societas"]["ms_per_node"], 1)
         if lg
         else None,
+        "embedded_reload_s": round(setup["embedded_reload_s"], 2),
+        "alias_bomb_reject_s": round(setup["alias_bomb_reject_s"], 4),
     }
     print(json.dumps(head))
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
+import torch
 import typer
 from rich.console import Console
 from rich.progress import (
@@ -29,6 +30,16 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from societas.agents.llm import UnknownLLM
+
+from .config import ConfigError, load_config, parse_config
+from .controller import Controller, RunError, new_run_dir
+from .evaluator import TaskError
+from .executors import ExecutorError, make_executor
+from .mutation import LLMEnsemble
+from .report import write_report
+from .task import load_task
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code."
@@ -42,10 +53,7 @@ def _share_cpus_with_evaluations(workers: int) -> None:
     torch's default of one thread per core oversubscribes the machine while
     ``workers`` evaluations run, and then generation slows down many times over.
     """
-    if "torch" in sys.modules:
-        import torch
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
 
 
 def _held_out_progress(as_json: bool):
@@ -75,7 +83,7 @@ def _held_out_progress(as_json: bool):
     return update, close
 
 
-def _fail(message: str, code: int, as_json: bool) -> None:
+def _fail(message: str, code: int, as_json: bool) -> NoReturn:
     err.print(f"[red]error:[/red] {message}", highlight=False)
     if as_json:
         print(json.dumps({"error": message}))
@@ -98,23 +106,15 @@ def run(
     resume: Path | None = typer.Option(None, "--resume", help="continue this run directory"),
     out: Path = typer.Option(Path("runs/evolve"), "--out", help="where new run directories are made"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON on the last line"),
+    held_out: bool = typer.Option(
+        True, "--held-out/--no-held-out", help="score the report on the task's held-out set"
+    ),
     log_level: str = typer.Option("WARNING", "--log-level"),
 ) -> None:
     """Evolve TASK (or resume a run) and print the best score."""
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    from societas.agents.llm import UnknownLLM
-
-    from .config import ConfigError, load_config, parse_config
-    from .controller import Controller, RunError, new_run_dir
-    from .evaluator import TaskError
-    from .executors import ExecutorError, make_executor
-    from .mutation import LLMEnsemble
-    from .task import load_task
-
     if executor not in ("process", "ray"):
         _fail(f"--executor must be 'process' or 'ray', got {executor!r}", 2, as_json)
-    if resume is None and task is None:
-        _fail("give a TASK directory, or --resume RUN_DIR", 2, as_json)
     try:
         if resume is not None:
             stored = parse_config(
@@ -128,6 +128,8 @@ def run(
                 )
             cfg = stored
         else:
+            if task is None:
+                _fail("give a TASK directory, or --resume RUN_DIR", 2, as_json)
             the_task = load_task(task)
             config_path = config or the_task.config_path
             cfg = load_config(config_path) if config_path else parse_config({})
@@ -146,7 +148,7 @@ def run(
     except (ConfigError, TaskError, ExecutorError, UnknownLLM, ValueError, OSError) as exc:
         _fail(str(exc), 2, as_json)
 
-    stats = {"best": None, "evaluated": 0, "failed": 0, "started": time.monotonic(), "done": 0}
+    stats = {"started": time.monotonic(), "done": 0}
     progress = Progress(
         TextColumn("[bold]evolve"),
         BarColumn(),
@@ -195,11 +197,9 @@ def run(
         controller.close()
         _fail(str(exc), 1, as_json)
     controller.close()
-    from .report import write_report
-
     update, close = _held_out_progress(as_json)
     try:
-        figures = write_report(result.run_dir, workers=n_workers, on_held_out=update)
+        figures = write_report(result.run_dir, held_out=held_out, workers=n_workers, on_held_out=update)
     except Exception as exc:  # the run itself is committed; say why the report is missing
         close()
         _fail(
@@ -236,9 +236,6 @@ def report(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Write summary.md (best program's diff, held-out table, fitness plot, per-island statistics)."""
-    from .config import ConfigError
-    from .report import write_report
-
     update, close = _held_out_progress(as_json)
     try:
         figures = write_report(run_dir, held_out=held_out, workers=workers, on_held_out=update)

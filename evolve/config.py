@@ -19,6 +19,7 @@ file raises :class:`ConfigError` whose message names the offending field.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,10 @@ class DatabaseConfig(_Section):
     feature_bins: int | dict[str, int] = 10
     feature_ranges: dict[str, tuple[float, float]] = Field(
         default_factory=dict,
-        description="[low, high] per feature; defaults: complexity [L/2, 3L/2] (L = seed length), diversity [0, 0.25], metrics [0, 1]",
+        description=(
+            "[low, high] per feature; defaults: complexity [L/2, 3L/2] (L = seed length), "
+            "diversity [0, 0.25], metrics [0, 1]"
+        ),
     )
     migration_interval: int = Field(50, ge=1, description="iterations between ring migrations")
     migration_rate: float = Field(0.1, ge=0, le=1, description="fraction of an island's elites that migrate")
@@ -267,8 +271,6 @@ class EvaluatorConfig(_Section):
     @field_validator("task_settings")
     @classmethod
     def _json_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import json
-
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:

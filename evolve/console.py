@@ -24,8 +24,7 @@ import typer
 
 from societas.agents import embedded
 from societas.evolve.cli import app as evolve_app
-from societas.marl.cli import MULTI_OPTIONS
-from societas.marl.cli import train_app
+from societas.marl.cli import MULTI_OPTIONS, train_app
 from societas.marl.games.cli import app as games_app
 from societas.marl.games.cli import expand_multi_args
 from societas.topology.cli import app as graph_app

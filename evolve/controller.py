@@ -44,7 +44,7 @@ from .database import Population, ProgramStore, derive_rng
 from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
 from .executors import Executor, ProcessExecutor
 from .mutation import LLMEnsemble, MutationRequest, Mutator
-from .program import Program, program_id
+from .program import Program, fitness_of, program_id
 from .task import Task, load_task
 
 logger = logging.getLogger(__name__)
@@ -170,8 +170,9 @@ class Controller:
         self.committed = sum(1 for i in stored if i > 0)
         for program in stored.values():
             self.counts[program.status] += 1
-            if program.ok and (self.best_so_far is None or program.fitness > self.best_so_far):
-                self.best_so_far = program.fitness
+            fitness = program.fitness if program.ok else None
+            if fitness is not None and (self.best_so_far is None or fitness > self.best_so_far):
+                self.best_so_far = fitness
         if 0 in stored:
             self._apply([stored[i] for i in sorted(stored) if i < start])
         else:
@@ -293,8 +294,6 @@ class Controller:
     def _program_from(
         self, code, iteration, parent, island, generation, mutation, outcome: EvalOutcome
     ) -> Program:
-        from .program import fitness_of
-
         ok = outcome.status == "ok"
         return Program(
             id=program_id(self.seed, iteration, code),
@@ -315,8 +314,9 @@ class Controller:
     def _count(self, program: Program) -> None:
         self.counts[program.status] += 1
         self.committed += 1
-        if program.ok and (self.best_so_far is None or program.fitness > self.best_so_far):
-            self.best_so_far = program.fitness
+        fitness = program.fitness if program.ok else None
+        if fitness is not None and (self.best_so_far is None or fitness > self.best_so_far):
+            self.best_so_far = fitness
         if self.on_progress is not None:
             self.on_progress(
                 {

@@ -322,7 +322,7 @@ class Population:
         parent = self.programs[rng.choice(pool)]
 
         chosen = {parent.id}
-        inspirations = []
+        inspirations: list[Program] = []
         for program in self.ranked(island):
             if len(inspirations) >= num_top:
                 break
@@ -342,7 +342,8 @@ class Population:
     def island_stats(self) -> list[dict[str, Any]]:
         stats = []
         for island in self.islands:
-            fits = [self.programs[pid].fitness for pid in island.members]
+            # Members are successful programs (add() places only those), so none is filtered out here.
+            fits = [f for f in (self.programs[pid].fitness for pid in island.members) if f is not None]
             best = self.best_id(island)
             stats.append(
                 {

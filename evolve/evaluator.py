@@ -37,6 +37,7 @@ given on stdin, so ordinary program output cannot be mistaken for it.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import logging
 import math
@@ -63,7 +64,25 @@ __all__ = [
     "validate_metrics",
 ]
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+def _layer_dirs() -> tuple[str, ...]:
+    """Where the four layers of societas live, to be visible (read-only) in the sandbox.
+
+    Only the folders themselves: the sandboxed interpreter finds ``societas`` as
+    it is installed (a wheel in site-packages, or the editable install's import
+    hook), so nothing is added to its ``sys.path``, where the layer folders'
+    parent would make them importable under generic top-level names.
+    """
+    dirs = []
+    for layer in ("agents", "topology", "marl", "evolve"):
+        spec = importlib.util.find_spec(f"societas.{layer}")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"societas.{layer} is not installed")
+        dirs += [str(Path(p).resolve()) for p in spec.submodule_search_locations]
+    return tuple(dict.fromkeys(dirs))
+
+
+LAYER_DIRS = _layer_dirs()
 _MARK = "__EVOLVE_RESULT__"
 _MAX_ARTIFACT = 8000
 TASK_SETTINGS_FILE = "task_settings.json"
@@ -186,6 +205,7 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
         memory_mb=job.memory_mb,
         max_processes=job.max_processes,
         pythonpath=job.pythonpath,
+        ro_binds=LAYER_DIRS,
     )
     files = {"program.py": job.code, **_OPENEVOLVE_SHIM}
     if job.task_settings:
@@ -270,7 +290,7 @@ class TaskEvaluator:
         self.path = path
         self.config = config
         self.stages = tuple(stages)
-        self.pythonpath = tuple(dict.fromkeys([str(path.parent), PACKAGE_ROOT, *extra_pythonpath]))
+        self.pythonpath = tuple(dict.fromkeys([str(path.parent), *extra_pythonpath]))
 
     def job(self, code: str) -> EvalJob:
         return EvalJob(

@@ -64,7 +64,7 @@ class RayExecutor:
 
     def __init__(self, workers: int = 4, address: str | None = None) -> None:
         try:
-            import ray
+            import ray  # noqa: PLC0415
         except ImportError:
             raise ExecutorError(
                 "--executor ray needs Ray, which is not installed; install the 'ray' extra: "

@@ -37,7 +37,7 @@ from .config import EvolveConfig
 from .database import Population
 from .evaluator import EvalOutcome, TaskError, TaskEvaluator, run_evaluation
 from .executors import ProcessExecutor
-from .program import Program
+from .program import Program, fitness_of
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,6 @@ class HeldOutEntry:
 
     @property
     def score(self) -> float | None:
-        from .program import fitness_of
-
         return fitness_of(self.metrics) if self.status == "ok" else None
 
 
@@ -86,6 +84,8 @@ def held_out_baselines(evaluator_path: str | Path) -> dict[str, str]:
         return {}
     name = f"_evolve_task_evaluator_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TaskError(f"{path}: cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent))
     try:
@@ -114,11 +114,16 @@ def _candidates(
         reverse=True,
     )
     seen = {seed.code} if seed is not None else set()
+    # Successful (ok) programs always have a fitness; the checks only narrow the Optional.
+    seed_fitness = seed.fitness if seed is not None else None
     chosen: list[Program] = []
     for program in ranked:
         if len(chosen) >= config.held_out.top_programs:
             break
-        if program.code in seen or (seed is not None and program.fitness <= seed.fitness):
+        no_better = (
+            seed_fitness is not None and program.fitness is not None and program.fitness <= seed_fitness
+        )
+        if program.code in seen or no_better:
             continue  # only evolved programs that beat the seed on the training set
         seen.add(program.code)
         chosen.append(program)

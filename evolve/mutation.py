@@ -1,5 +1,9 @@
 """How a child program is made from a parent: LLM diffs or LLM-free AST operators.
 
+This module is long because both ways of making a child (LLM diffs and LLM-
+free AST operators) and the Mutator that chooses between them share one set of
+child-validation rules and one result type.
+
 **LLM diffs** (AlphaEvolve, Novikov et al. 2025; OpenEvolve): the prompt shows
 the parent, its metrics and evaluation artifacts, and inspiration programs
 from the database; the model answers with one or more blocks ::
@@ -304,6 +308,13 @@ class LLMEnsemble:
 # ============================================================================ AST operators
 
 
+def _end(node: ast.expr | ast.stmt) -> tuple[int, int]:
+    """``(end line, end UTF-8 column)`` of a node ``ast.parse`` made (it always sets them)."""
+    if node.end_lineno is None or node.end_col_offset is None:
+        raise MutationError(f"line {node.lineno}: the syntax tree gives no end position")
+    return node.end_lineno, node.end_col_offset
+
+
 class _Source:
     """Maps AST (line, UTF-8 column) positions to character offsets and knows the evolve-block lines."""
 
@@ -323,15 +334,19 @@ class _Source:
         text = self.lines[line - 1].encode("utf-8")[:col].decode("utf-8", errors="replace")
         return self.starts[line - 1] + len(text)
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
+    def span(self, node: ast.expr | ast.stmt) -> tuple[int, int]:
+        end_line, end_col = _end(node)
+        return self.offset(node.lineno, node.col_offset), self.offset(end_line, end_col)
 
-    def inside(self, node: ast.AST) -> bool:
-        return any(first <= node.lineno and node.end_lineno <= last for first, last in self.blocks)
+    def inside(self, node: ast.expr | ast.stmt) -> bool:
+        end_line = _end(node)[0]
+        return any(first <= node.lineno and end_line <= last for first, last in self.blocks)
 
     def nodes(self, kind: type | tuple[type, ...]) -> list[Any]:
         found = [
-            n for n in ast.walk(self.tree) if isinstance(n, kind) and hasattr(n, "lineno") and self.inside(n)
+            n
+            for n in ast.walk(self.tree)
+            if isinstance(n, kind) and isinstance(n, (ast.expr, ast.stmt)) and self.inside(n)
         ]
         return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
@@ -431,14 +446,19 @@ def swap_operator(code: str, rng: random.Random, config: EvolveConfig | None = N
         new = "max" if node.func.id == "min" else "min"
         return _edit(code, [(start, end, new)]), f"line {node.lineno}: {node.func.id} -> {new}"
     if kind == "arith":
-        table, old, left, right = _ARITH, _ARITH[type(node.op)], node.left, node.right
+        ops, old, left, right = list(_ARITH.values()), _ARITH[type(node.op)], node.left, node.right
     else:
-        table, old, left, right = _COMPARE, _COMPARE[type(node.ops[0])], node.left, node.comparators[0]
+        ops, old, left, right = (
+            list(_COMPARE.values()),
+            _COMPARE[type(node.ops[0])],
+            node.left,
+            node.comparators[0],
+        )
     gap_start, gap_end = src.span(left)[1], src.span(right)[0]
     at = _operator_position(code[gap_start:gap_end], old)
     if at < 0:
         raise MutationError(f"could not locate the {old!r} operator on line {node.lineno}")
-    new = rng.choice([t for t in table.values() if t != old])
+    new = rng.choice([t for t in ops if t != old])
     start = gap_start + at
     return _edit(code, [(start, start + len(old), new)]), f"line {node.lineno}: {old} -> {new}"
 
@@ -459,11 +479,12 @@ def swap_function(code: str, rng: random.Random, config: EvolveConfig) -> tuple[
         partners.setdefault(a, []).append(b)
         partners.setdefault(b, []).append(a)
     src = _Source(code)
-    sites = [n for n in src.nodes(ast.Call) if _dotted(n.func) in partners]
+    sites = [
+        (n, name) for n in src.nodes(ast.Call) if (name := _dotted(n.func)) is not None and name in partners
+    ]
     if not sites:
         raise MutationError("no call to a function of mutation.function_pairs inside the evolve blocks")
-    node = rng.choice(sites)
-    old = _dotted(node.func)
+    node, old = rng.choice(sites)
     new = rng.choice(partners[old])
     start, end = src.span(node.func)
     return _edit(code, [(start, end, new)]), f"line {node.lineno}: {old} -> {new}"
@@ -481,11 +502,12 @@ def _functions(src: _Source) -> dict[str, tuple[int, int, str]]:
                     visit(child, name + ".")
                     continue
                 first = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                inside = any(lo <= first and child.end_lineno <= hi for lo, hi in src.blocks)
+                last = _end(child)[0]
+                inside = any(lo <= first and last <= hi for lo, hi in src.blocks)
                 if inside:
                     line = src.lines[first - 1]
                     indent = line[: len(line) - len(line.lstrip())]
-                    found[name] = (src.starts[first - 1], src.starts[child.end_lineno], indent)
+                    found[name] = (src.starts[first - 1], src.starts[last], indent)
 
     visit(src.tree, "")
     return found

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from matplotlib.figure import Figure
 
 from .config import parse_config
 from .database import Population, ProgramStore
@@ -37,25 +38,26 @@ __all__ = ["plot_fitness", "resolve_run_dir", "write_report"]
 
 
 def plot_fitness(programs: list[Program], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [p for p in programs if p.ok]
+    # A Figure with no pyplot: writing the PNG needs no backend choice and no display.
+    # (iteration, fitness) of the successful programs, which always have a fitness.
+    ok = [(p.iteration, p.fitness) for p in programs if p.ok and p.fitness is not None]
     bad = [p for p in programs if not p.ok]
-    best_x, best_y, best = [], [], None
+    best_x: list[int] = []
+    best_y: list[float] = []
+    best: float | None = None
     for p in programs:
-        if p.ok and (best is None or p.fitness > best):
-            best = p.fitness
+        fitness = p.fitness if p.ok else None
+        if fitness is not None and (best is None or fitness > best):
+            best = fitness
         if best is not None:
             best_x.append(p.iteration)
             best_y.append(best)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.scatter([p.iteration for p in ok], [p.fitness for p in ok], s=12, alpha=0.6, label="program")
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    ax.scatter([i for i, _ in ok], [f for _, f in ok], s=12, alpha=0.6, label="program")
     ax.step(best_x, best_y, where="post", color="C3", label="best so far")
     if bad and ok:
-        floor = min(p.fitness for p in ok)
+        floor = min(f for _, f in ok)
         ax.scatter(
             [p.iteration for p in bad], [floor] * len(bad), marker="x", color="grey", s=14, label="failed"
         )
@@ -66,7 +68,6 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _fmt(value: Any) -> str:
@@ -187,7 +188,7 @@ def write_report(
             )
         )
         lines += ["```diff", diff.rstrip() or "(identical to the seed)", "```", ""]
-    if best and seed and best.metrics:
+    if best and seed and best.metrics and best.fitness is not None and seed.fitness is not None:
         verdict = "beats" if best.fitness > seed.fitness else "does not beat"
         lines += [
             "## Training set",
@@ -198,7 +199,7 @@ def write_report(
             ),
             "",
         ]
-        rows = [("seed", seed.metrics, None)]
+        rows: list[tuple[str, dict[str, float] | None, str | None]] = [("seed", seed.metrics, None)]
         if best.id != seed.id:
             rows.insert(0, (f"best ({best.id})", best.metrics, None))
         lines += _metric_table(rows) + [""]
@@ -236,7 +237,13 @@ def write_report(
         row[0] += 1
         row[1] += p.ok
         parent = by_id.get(p.parent_id or "")
-        row[2] += bool(p.ok and parent and parent.fitness is not None and p.fitness > parent.fitness)
+        row[2] += bool(
+            p.ok
+            and parent
+            and parent.fitness is not None
+            and p.fitness is not None
+            and p.fitness > parent.fitness
+        )
     for kind, (n, ok, better) in sorted(kinds.items()):
         lines.append(f"| {kind} | {n} | {ok} | {better} |")
     failures = collections.Counter((p.failure or "").split("\n")[0][:120] for p in programs if not p.ok)
@@ -244,7 +251,7 @@ def write_report(
         lines += ["", "## Most common failures", ""]
         lines += [f"- {count} x {reason}" for reason, count in failures.most_common(8)]
     (run_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    figures = {
+    figures: dict[str, Any] = {
         "run_dir": str(run_dir),
         "summary": str(run_dir / "summary.md"),
         "plot": str(run_dir / "plots" / "fitness.png"),
@@ -277,17 +284,23 @@ def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
             "",
         ]
     seed = next((e for e in entries if e.kind == "seed"), None)
-    if evolved and seed is not None and evolved[0].score is not None and seed.score is not None:
-        verdict = "beats" if evolved[0].score > seed.score else "does not beat"
+    top_score = evolved[0].score if evolved else None
+    seed_score = seed.score if seed is not None else None
+    if top_score is not None and seed_score is not None:
+        verdict = "beats" if top_score > seed_score else "does not beat"
         lines += [
             (
                 f"On the held-out mean the best evolved program {verdict} the seed "
-                f"({_fmt(evolved[0].score)} vs {_fmt(seed.score)})."
+                f"({_fmt(top_score)} vs {_fmt(seed_score)})."
             ),
             "",
         ]
-        scored = sorted((e for e in entries if e.score is not None), key=lambda e: e.score, reverse=True)
-        rank = next(i for i, e in enumerate(scored, start=1) if e is evolved[0])
+        scored = sorted(
+            ((score, e) for e in entries if (score := e.score) is not None),
+            key=lambda se: se[0],
+            reverse=True,
+        )
+        rank = next(i for i, (_, e) in enumerate(scored, start=1) if e is evolved[0])
         lines += [f"It ranks {rank} of {len(scored)} on the held-out mean.", ""]
     rows = [
         (

@@ -24,7 +24,7 @@ TASK = Path(__file__).parent / "tasks" / "curve_fit"
 
 def cli(*args, check=True, timeout=120):
     proc = subprocess.run(
-        [sys.executable, "-m", "evolve", *map(str, args)],
+        [sys.executable, "-m", "societas.evolve", *map(str, args)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -84,6 +84,12 @@ def test_bad_config_exits_2_naming_the_field(tmp_path):
     assert proc.returncode == 2 and "is not a directory" in last_json(proc)["error"]
 
 
+def test_run_without_task_or_resume_exits_2(tmp_path):
+    proc = cli("run", "--out", tmp_path, "--json", check=False)
+    assert proc.returncode == 2
+    assert last_json(proc)["error"] == "give a TASK directory, or --resume RUN_DIR"
+
+
 def test_ray_executor_without_ray_exits_2_naming_the_extra(tmp_path):
     try:
         import ray  # noqa: F401
@@ -113,7 +119,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path):
         [
             sys.executable,
             "-m",
-            "evolve",
+            "societas.evolve",
             "run",
             str(task),
             "--iterations",

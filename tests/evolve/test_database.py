@@ -94,7 +94,7 @@ def test_archive_and_population_are_bounded():
 
 
 def test_selection_ratios_pick_from_archive_island_or_anywhere():
-    base = dict(num_islands=2, archive_size=1, feature_dimensions=["complexity"])
+    base = {"num_islands": 2, "archive_size": 1, "feature_dimensions": ["complexity"]}
     programs = [prog(0, 0.0), prog(1, 0.9, island=0), prog(2, 0.5, island=1), prog(3, 0.4, island=1)]
 
     def build(**ratios):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -132,10 +131,8 @@ def test_task_evaluator_without_evaluate_is_rejected(tmp_path):
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
 def test_endless_loop_is_killed_at_the_timeout(tmp_path, _):
-    started = time.monotonic()
     out = evaluate(tmp_path, "while True:\n    pass\n", timeout=1.5)
     assert out.status == "failed" and "timeout after 1.5 s" in out.failure
-    assert time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
@@ -149,11 +146,9 @@ def test_memory_blowup_is_contained(tmp_path, _):
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
 def test_fork_bomb_is_contained(tmp_path, _):
-    started = time.monotonic()
     out = evaluate(tmp_path, "while True:\n    os.fork()\n", timeout=5, max_processes=16)
     assert out.status == "failed"
     assert "BlockingIOError" in out.failure or "timeout" in out.failure
-    assert time.monotonic() - started < 15
 
 
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])

@@ -10,7 +10,7 @@ import pytest
 
 from societas.evolve.config import ConfigError, load_config, parse_config
 from societas.evolve.controller import Controller
-from societas.evolve.evaluator import TaskEvaluator
+from societas.evolve.evaluator import TaskError, TaskEvaluator
 from societas.evolve.executors import ProcessExecutor
 from societas.evolve.held_out import HELD_OUT_FILE, held_out_baselines, supports_held_out
 from societas.evolve.report import resolve_run_dir, write_report
@@ -112,6 +112,14 @@ def test_unknown_baseline_name_is_a_clear_error(task_dir, tmp_path):
     config_path.write_text(config_path.read_text().replace("- exact", "- exactt"))
     with pytest.raises(ValueError, match=r"exactt.*offers: \['broken', 'exact', 'zero'\]"):
         write_report(tmp_path / "r")
+
+
+def test_baselines_of_an_evaluator_python_cannot_import_are_a_task_error(tmp_path):
+    # Python has no module loader for a ".txt" file, though the file parses as Python.
+    evaluator = tmp_path / "evaluator.txt"
+    evaluator.write_text(HELD_OUT_CODE)
+    with pytest.raises(TaskError, match="evaluator.txt: cannot be loaded as a Python module"):
+        held_out_baselines(evaluator)
 
 
 def test_resolve_run_dir_picks_the_newest_run_and_explains_a_miss(tmp_path):

@@ -51,8 +51,9 @@ def test_seed_is_uniform_psro_exactly_in_the_sandbox():
 def test_invalid_meta_strategy_fails_with_the_reason():
     task = load_task("psro")
     bad = task.initial_program.replace(
-        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights / weights.sum())\n        return strategies\n# EVOLVE",
-        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights)\n        return strategies\n# EVOLVE",
+        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights / weights.sum())\n"
+        "        return strategies\n\n\n# EVOLVE",
+        "weights = np.exp(0.0 * (u - u.max()))\n            strategies.append(weights)\n        return strategies\n\n\n# EVOLVE",
     )
     assert bad != task.initial_program
     out = run_evaluation(_job(bad, "evaluate_stage1", stage1_iterations=2))
