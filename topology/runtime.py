@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from societas.agents import llm as llm_backends
 from societas.agents.agent import Agent
-from societas.agents.llm import LLM, load_llm
+from societas.agents.llm import LLM
 from societas.agents.llm.base import SamplingParams
 
 from .executor import Executor, NodeContext
@@ -144,7 +145,7 @@ class Runtime:
                 raise ValueError(
                     f"no LLM named {name!r}: add it to the spec's llms or pass llms={{{name!r}: ...}}"
                 )
-            out[name] = load_llm(src) if isinstance(src, str) else src
+            out[name] = llm_backends.load_llm(src) if isinstance(src, str) else src
         return out
 
     def _make_agent(self, nid: str) -> Agent:

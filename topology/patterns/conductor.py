@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from societas.agents.llm import LLM, SamplingParams, load_llm
+from societas.agents import llm as llm_backends
+from societas.agents.llm import LLM, SamplingParams
 from societas.agents.llm.base import ChatMessage
 from societas.agents.roles import CONDUCTOR_ROLES, role_prompt
 from societas.agents.sandbox import Sandbox
@@ -136,9 +137,11 @@ class Conductor:
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        self.orchestrator = load_llm(orchestrator) if isinstance(orchestrator, str) else orchestrator
+        self.orchestrator = (
+            llm_backends.load_llm(orchestrator) if isinstance(orchestrator, str) else orchestrator
+        )
         w = workers if workers is not None else self.orchestrator
-        self.workers = load_llm(w) if isinstance(w, str) else w
+        self.workers = llm_backends.load_llm(w) if isinstance(w, str) else w
         self.max_turns = max_turns
         self.orchestrator_params = orchestrator_params or SamplingParams(temperature=0.7, max_new_tokens=256)
         self.worker_params = dict(worker_params or {"temperature": 0.2, "max_new_tokens": 256})
