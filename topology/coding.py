@@ -48,7 +48,7 @@ class CodeTask:
     prompt: str  # signature + docstring (HumanEval style)
     entry_point: str
     test: str  # defines check(candidate)
-    difficulty: str = "medium"  # easy | medium | hard
+    difficulty: Literal["easy", "medium", "hard"] = "medium"
     canonical_solution: str | None = None
 
     def instruction(self) -> str:
@@ -59,7 +59,7 @@ class CodeTask:
         )
 
 
-def _difficulty(problem: dict[str, Any]) -> str:
+def _difficulty(problem: dict[str, Any]) -> Literal["easy", "medium", "hard"]:
     """A reproducible difficulty label from the reference solution's size:
     easy ≤ 6 lines, medium ≤ 14, hard above (AgentConductor caps topology
     size by difficulty: 4, 7 and 10 nodes)."""
@@ -133,7 +133,7 @@ def assemble_program(task: CodeTask, answer: str) -> str | None:
 
 @dataclass
 class TestResult:
-    outcome: str  # one of OUTCOMES
+    outcome: Outcome
     passed: bool
     feedback: str  # what the orchestrator reads on a retry
     program: str | None
@@ -160,7 +160,7 @@ def _last_exception(stderr: str) -> str:
     return lines[-1] if lines else ""
 
 
-def classify(result: SandboxResult) -> str:
+def classify(result: SandboxResult) -> Outcome:
     if result.killed_by == "timeout":
         return "timeout"
     if result.killed_by == "memory" or "MemoryError" in result.stderr:

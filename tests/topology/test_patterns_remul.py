@@ -15,6 +15,7 @@ from societas.topology.patterns.remul import (
     STATE_KEY,
     RemulOutcome,
     agreement_reward,
+    cut_node,
     cut_reasoning,
     early_answering_aoc,
     early_answering_curve,
@@ -325,3 +326,15 @@ def test_speaker_listeners_runs_on_the_embedded_model(embedded_llm):
                 for ln in speaker.splitlines()
                 if "final answer" in ln.lower()
             )
+
+
+def test_cut_node_rejects_an_unknown_unit_in_its_meta():
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(
+        node="cut_50", meta={"frac": 0.5, "unit": "word"}, inputs={"speaker": "a\nb\nAnswer: 1"}, state={}
+    )
+    with pytest.raises(
+        ValueError, match=r"^cut node 'cut_50': unit must be one of line, sentence, got 'word'$"
+    ):
+        cut_node(ctx)

@@ -41,7 +41,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from societas.agents.llm.base import LLM
 from societas.agents.parsers import answers_match, extract_final_answer, normalize_answer
@@ -90,13 +90,14 @@ _ANSWER_LINE = re.compile(r"final answer|\\boxed\{|^\W*####|^\W*answer\s*[:：]"
 # ---------------------------------------------------------------------------
 
 
-UNITS: tuple[str, ...] = ("line", "sentence")
+Unit = Literal["line", "sentence"]
+UNITS: tuple[str, ...] = get_args(Unit)
 """How reasoning is measured: REMUL cuts by lines; its evaluation code can also split by sentences."""
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def _units(lines: list[str], unit: str) -> list[str]:
+def _units(lines: list[str], unit: Unit) -> list[str]:
     if unit == "line":
         return lines
     if unit == "sentence":
@@ -104,7 +105,7 @@ def _units(lines: list[str], unit: str) -> list[str]:
     raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
 
 
-def split_reasoning(text: str, unit: str = "line") -> tuple[list[str], str | None]:
+def split_reasoning(text: str, unit: Unit = "line") -> tuple[list[str], str | None]:
     """The reasoning units (lines, or sentences) of a speaker's text, and its final answer.
 
     Blank lines are dropped; with ``unit="sentence"`` each line is further
@@ -163,7 +164,7 @@ def _n_kept(frac: float, n_lines: int, min_lines: int = 0) -> int:
     return max(n, min(min_lines, n_lines))
 
 
-def cut_reasoning(text: str, frac: float, *, min_lines: int = 0, unit: str = "line") -> str:
+def cut_reasoning(text: str, frac: float, *, min_lines: int = 0, unit: Unit = "line") -> str:
     """The first ``floor(frac * L)`` reasoning lines of ``text``, joined by newlines.
 
     ``L`` counts the reasoning lines of :func:`split_reasoning` (the speaker's
@@ -194,13 +195,15 @@ def cut_node(ctx: Any) -> str:
         raise ValueError(f"cut node {ctx.node!r} needs meta['frac']")
     frac = _check_frac(ctx.meta["frac"])
     min_lines = int(ctx.meta.get("min_lines", 0))
-    unit = str(ctx.meta.get("unit", "line"))
+    unit = ctx.meta.get("unit", "line")
+    if unit not in UNITS:
+        raise ValueError(f"cut node {ctx.node!r}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if len(ctx.inputs) != 1:
         raise ValueError(
             f"cut node {ctx.node!r} expects exactly one input (the speaker), got {list(ctx.inputs)}"
         )
     text = next(iter(ctx.inputs.values()))
-    lines, answer = split_reasoning(text, unit)
+    lines, answer = split_reasoning(text, cast(Unit, unit))
     n = _n_kept(frac, len(lines), min_lines)
     st = ctx.state.setdefault(STATE_KEY, {})
     st.update(speaker_text=text, speaker_answer=answer, reasoning_lines=len(lines))
@@ -338,7 +341,7 @@ def speaker_listeners(
     reference: str | None = None,
     references: Mapping[str, str] | None = None,
     min_lines: int = 0,
-    unit: str = "line",
+    unit: Unit = "line",
     name: str = "speaker_listeners",
     llms: dict[str, str] | None = None,
 ) -> Graph:
@@ -562,7 +565,7 @@ def early_answering_curve(
     listener_params: dict[str, Any] | None = None,
     full_uses_speaker: bool = True,
     min_lines: int = 0,
-    unit: str = "line",
+    unit: Unit = "line",
     seed: int | None = 0,
     normalize: bool = True,
 ) -> EarlyAnsweringResult:

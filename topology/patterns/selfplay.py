@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from societas.agents.parsers import answers_match, extract_final_answer
 
@@ -413,7 +413,7 @@ def proposer_solver(
     proposer_params: dict[str, Any] | None = None,
     solver_params: dict[str, Any] | None = None,
     solver_seed: int | None = 0,
-    verify: str | None = "arithmetic",
+    verify: Literal["arithmetic"] | None = "arithmetic",
     format_weight: float = 0.5,
     name: str = "proposer_solver",
     llms: dict[str, str] | None = None,
