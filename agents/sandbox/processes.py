@@ -16,6 +16,7 @@ import pwd
 import random
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from .bwrap import BwrapStatus
@@ -28,6 +29,7 @@ __all__ = [
     "UID_RANGE",
     "has_exited",
     "kill_tree",
+    "kill_uid",
     "release_uid",
     "reserve_uid",
     "rlimits",
@@ -49,11 +51,15 @@ def rlimits(config: Sandbox, backend: str, bwrap: BwrapStatus) -> list[tuple[str
     limits.append(("RLIMIT_FSIZE", config.max_file_mb << 20, config.max_file_mb << 20))
     limits.append(("RLIMIT_CORE", 0, 0))
     if backend == "bwrap":
-        # The launcher (and, in a user namespace, bubblewrap's init) count too.
-        overhead = 1 if bwrap.mode == "setuid" else 2
+        # In a user namespace the launcher (the namespace's init) runs as the program's user and counts
+        # too; in setuid mode the program's uid is fresh and the launcher stays root.
+        overhead = 0 if bwrap.mode == "setuid" else 1
         nproc = config.max_processes + overhead
         limits.append(("RLIMIT_NPROC", nproc, nproc))
-    elif os.geteuid() != 0:
+    elif os.geteuid() == 0:
+        # Root's programs run as a fresh uid whose task count starts at zero.
+        limits.append(("RLIMIT_NPROC", config.max_processes, config.max_processes))
+    else:
         # Without namespaces the count is global for the user: leave room for what already runs.
         nproc = _tasks_of_uid(os.getuid()) + config.max_processes + 1
         limits.append(("RLIMIT_NPROC", nproc, nproc))
@@ -88,6 +94,32 @@ def kill_tree(pid: int, *, kill_descendants: bool) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process whose real, effective or saved uid is ``uid`` (a run's fresh uid), until none is left."""
+    for _ in range(50):
+        victims = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/status") as handle:
+                    for line in handle:
+                        if line.startswith("Uid:"):
+                            if uid in (int(value) for value in line.split()[1:4]):
+                                victims.append(int(entry.name))
+                            break
+            except (OSError, ValueError):
+                continue
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
 
 
 def _descendants(root: int) -> list[int]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KilledBy",
+    "SandboxKiller",
     "CappedBuffer",
     "Outcome",
     "SandboxError",
@@ -29,7 +30,8 @@ __all__ = [
     "one_line",
 ]
 
-KilledBy = Literal["timeout", "memory", "signal"]
+KilledBy = Literal["timeout", "memory", "signal", "disk"]
+SandboxKiller = Literal["outside", "program or outside"]
 
 # Peak RSS above this fraction of the memory limit makes a fatal signal count as a memory kill.
 _NEAR_LIMIT_FRACTION = 0.75
@@ -59,6 +61,11 @@ class SandboxResult:
     ``stdout``/``stderr`` hold at most ``max_output_bytes`` bytes of output
     each (the beginning and the end, with a marker where bytes were dropped);
     ``truncated`` says whether anything was dropped from either.
+    ``killed_by`` is ``"disk"`` when the program filled its scratch quota
+    (``scratch_mb``). ``sandbox_killed_by`` is set when the sandbox itself
+    (the program's launcher) died before it could report the program's end:
+    ``"outside"`` where the program cannot signal its launcher (bubblewrap,
+    or the rlimit backend as root), ``"program or outside"`` where it can.
     """
 
     returncode: int | None
@@ -72,6 +79,9 @@ class SandboxResult:
     timeout_s: float | None = None
     memory_limit_mb: int | None = None
     max_rss_mb: float | None = None
+    scratch_limit_mb: int | None = None
+    max_output_bytes: int | None = None
+    sandbox_killed_by: SandboxKiller | None = None
 
     @property
     def ok(self) -> bool:
@@ -79,7 +89,27 @@ class SandboxResult:
         return self.returncode == 0 and self.killed_by is None
 
     def describe(self) -> str:
-        """One line saying how the run ended, e.g. ``"timeout after 2.0 s"``."""
+        """One line saying how the run ended, e.g. ``"timeout after 2.0 s"``; truncated output is mentioned."""
+        text = self._ending()
+        if self.truncated:
+            limit = f" to {self.max_output_bytes} bytes" if self.max_output_bytes is not None else ""
+            text += f" (output truncated{limit} per stream)"
+        return text
+
+    def _ending(self) -> str:
+        if self.sandbox_killed_by is not None:
+            who = (
+                "from outside (the program cannot signal it)"
+                if self.sandbox_killed_by == "outside"
+                else "by the program itself or from outside"
+            )
+            return (
+                f"the sandbox was killed by signal {self.signal} ({_signal_name(self.signal)}) {who} "
+                "before the program ended"
+            )
+        if self.killed_by == "disk":
+            limit = f"{self.scratch_limit_mb} MB " if self.scratch_limit_mb is not None else ""
+            return f"scratch disk quota {limit}exceeded"
         if self.killed_by == "timeout":
             if self.signal == _signal.SIGXCPU:
                 return "CPU time limit exceeded (SIGXCPU)"
@@ -139,13 +169,19 @@ class Outcome:
 
 
 def build_result(
-    config: Sandbox, backend: str, raw_returncode: int | None, outcome: Outcome
+    config: Sandbox,
+    backend: str,
+    raw_returncode: int | None,
+    outcome: Outcome,
+    *,
+    launcher_exposed: bool = False,
 ) -> SandboxResult:
     """The :class:`SandboxResult` of a supervised run; raises :class:`SandboxError` if it never started.
 
     ``config`` is the :class:`~societas.agents.sandbox.Sandbox` that ran it; ``raw_returncode`` is the status of
     the launcher (or of bubblewrap), used only when the launcher's own report
-    is missing.
+    is missing. ``launcher_exposed`` says whether the program could have
+    signalled its launcher (same user, no PID namespace).
     """
     events = {event.get("event"): event for event in outcome.events if isinstance(event, dict)}
     stderr_text = outcome.stderr.text()
@@ -161,8 +197,14 @@ def build_result(
     sig: int | None = None
     killed_by: KilledBy | None = None
     max_rss_mb: float | None = None
+    sandbox_killed_by: SandboxKiller | None = None
     exited = events.get("exited")
-    if outcome.timed_out:
+    if "disk" in events:
+        returncode = None
+        killed_by = "disk"
+        if exited is not None:
+            max_rss_mb = float(exited.get("maxrss_kb", 0)) / 1024.0
+    elif outcome.timed_out:
         returncode = None
         killed_by = "timeout"
     elif exited is not None:
@@ -174,17 +216,24 @@ def build_result(
         else:
             returncode = os.waitstatus_to_exitcode(status)
     else:
-        # The launcher itself died (e.g. killed from outside); fall back to the child's status.
+        # The launcher itself died before reporting (killed by a signal); the program's end is unknown.
         returncode = raw_returncode
         if raw_returncode is not None and raw_returncode < 0:
             sig = -raw_returncode
         elif backend == "bwrap" and raw_returncode is not None and raw_returncode > 128:
             sig = raw_returncode - 128
             returncode = -sig
+        if sig is not None:
+            sandbox_killed_by = "program or outside" if launcher_exposed else "outside"
 
     if killed_by is None and sig is not None:
         killed_by = "timeout" if sig == _signal.SIGXCPU else "signal"
-    if killed_by != "timeout" and returncode not in (0, None) and config.memory_mb is not None:
+    if (
+        killed_by not in ("timeout", "disk")
+        and sandbox_killed_by is None
+        and returncode not in (0, None)
+        and config.memory_mb is not None
+    ):
         tail = stderr_text[-8192:]
         near_limit = max_rss_mb is not None and max_rss_mb >= _NEAR_LIMIT_FRACTION * config.memory_mb
         if _MEMORY_PATTERN.search(tail) or (sig in _MEMORY_SIGNALS and near_limit):
@@ -202,6 +251,9 @@ def build_result(
         timeout_s=config.timeout_s,
         memory_limit_mb=config.memory_mb,
         max_rss_mb=max_rss_mb,
+        scratch_limit_mb=config.scratch_mb,
+        max_output_bytes=config.max_output_bytes,
+        sandbox_killed_by=sandbox_killed_by,
     )
 
 

