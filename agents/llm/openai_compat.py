@@ -57,18 +57,40 @@ Concurrency, timeouts and retries
     Requests run on a per-instance pool of ``max_concurrency`` threads sharing
     one pooled ``httpx.Client``, so the limit holds across concurrent
     ``generate`` calls, and ``generate`` works from plain code and from inside
-    a running event loop alike (it blocks its caller). No phase of an attempt
-    (connect, send, each read) waits longer than ``timeout_s``, and a body
-    still arriving after ``timeout_s`` is abandoned. HTTP 408, 429, 500, 502,
-    503 and 504, connection errors, timeouts and malformed responses (invalid
-    JSON, no ``choices``) are retried up to ``max_retries`` times with
-    exponential backoff and jitter (``backoff_s * 2**k``, capped at
-    ``backoff_max_s``, drawn from its upper half); a ``Retry-After`` header
-    (seconds or HTTP date; or ``retry-after-ms``) replaces the backoff, capped
-    at ``backoff_max_s``. Other statuses (400, 401, 404, ...) fail at once.
-    Failing raises :class:`LLMServerError`, naming the URL, the model, the
-    number of attempts and the last error; a failed prompt fails the whole
-    batch and stops the retries of its other prompts.
+    a running event loop alike (it blocks its caller).
+
+    ``timeout_s`` bounds each attempt as a whole: connecting, sending,
+    waiting for the answer and reading all of its body. The exchange runs in
+    a helper thread that the caller stops waiting for at the deadline, so a
+    server that sends nothing, or trickles its headers or body a byte at a
+    time, fails the attempt after ``timeout_s``. The abandoned helper's
+    socket is shut down at once when it is known (a new connection, or any
+    connection once the answer's headers are in); otherwise (a kept-alive
+    connection still waiting for headers) the helper ends at its next read
+    timeout, or when a trickling server stops. Retries are bounded
+    separately, each attempt getting the whole ``timeout_s``: a prompt takes
+    at most ``(max_retries + 1) * timeout_s`` plus the backoff waits.
+
+    HTTP 408, 429, 500, 502, 503 and 504, connection errors, timeouts and
+    malformed responses (invalid JSON, no ``choices``) are retried up to
+    ``max_retries`` times with exponential backoff and jitter (``backoff_s *
+    2**k``, capped at ``backoff_max_s``, drawn from its upper half); a
+    ``Retry-After`` header (seconds or HTTP date; or ``retry-after-ms``)
+    replaces the backoff, capped at ``backoff_max_s``. Other statuses (400,
+    401, 404, ...) fail at once. Failing raises :class:`LLMServerError`,
+    naming the URL, the model, the number of attempts and the last error
+    (server text quoted on one line); a failed prompt fails the whole batch
+    and stops the retries of its other prompts.
+
+Response size
+    A response body (error bodies too) may hold at most ``max_response_bytes``
+    (default 32 MiB): a larger declared ``Content-Length`` fails before the
+    body is read, and a body that grows past the cap while streaming is
+    dropped at once, so no more than the cap plus one network read is held in
+    memory. The client asks for an uncompressed body (``Accept-Encoding:
+    identity``); should a server compress anyway, the cap counts decoded bytes
+    and the read past it is one network read once decoded. An oversized
+    answer is not retried.
 """
 
 from __future__ import annotations
@@ -79,6 +101,7 @@ import logging
 import math
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -102,10 +125,13 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RETRY_STATUSES", "LLMServerError", "OpenAICompatibleLLM"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "RETRY_STATUSES", "LLMServerError", "OpenAICompatibleLLM"]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: timeouts, rate limits, overloaded or restarting servers."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""The largest response body a client reads unless told otherwise (32 MiB)."""
 
 MAX_STOP_SENT = 4  # the OpenAI API rejects more; the rest are applied client-side
 _EXCERPT_CHARS = 300
@@ -152,6 +178,7 @@ class _AttemptError(Exception):
         status: int | None = None,
         body: str | None = None,
         retry_after: float | None = None,
+        no_retry: str = "the server rejected the request",
     ) -> None:
         super().__init__(description)
         self.description = description
@@ -159,10 +186,70 @@ class _AttemptError(Exception):
         self.status = status
         self.body = body
         self.retry_after = retry_after
+        self.no_retry = no_retry  # for the message, when the error is not retryable
 
 
 class _Cancelled(Exception):
     """Raised in a worker whose batch already failed, or whose client was closed."""
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Shut a socket down so that a read blocked on it in another thread returns at once."""
+    try:
+        # The plain socket's shutdown, also for TLS sockets: SSLSocket.shutdown would
+        # drop the TLS state under the feet of the thread still reading.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _Exchange:
+    """One attempt's HTTP exchange, run in a helper thread so that its caller can give up at the deadline.
+
+    The helper fills in ``status``, ``headers`` and ``raw`` (or ``error``)
+    and sets ``done``. Sockets the exchange uses are remembered so that
+    :meth:`abandon` can shut them down and end the helper early.
+    """
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.status = 0
+        self.headers = httpx.Headers()
+        self.raw = b""
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._sockets: list[socket.socket] = []
+
+    @property
+    def abandoned(self) -> bool:
+        with self._lock:
+            return self._abandoned
+
+    def watch(self, stream: Any) -> None:
+        """Remember the socket of an httpcore network stream (shut at once when already abandoned)."""
+        get = getattr(stream, "get_extra_info", None)
+        sock = get("socket") if callable(get) else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            if not self._abandoned:
+                self._sockets.append(sock)
+                return
+        _shutdown(sock)
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpx's ``trace`` extension: catches the stream of a connection opened for this exchange."""
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            self.watch(info.get("return_value"))
+
+    def abandon(self) -> None:
+        """The caller stopped waiting: shut the sockets down so that the helper ends soon."""
+        with self._lock:
+            self._abandoned = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shutdown(sock)
 
 
 @dataclass
@@ -182,8 +269,10 @@ class _Response:
 
 
 def _excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
+    """The start of a server's text on one line: line breaks and other control characters become spaces."""
     text = text.strip()
-    return text if len(text) <= limit else text[:limit] + "..."
+    clean = "".join(ch if ch.isprintable() else " " for ch in text[:limit])
+    return clean if len(text) <= limit else clean + "..."
 
 
 def _server_message(text: str) -> str:
@@ -343,7 +432,14 @@ def _check_base_url(base_url: Any) -> str:
             f"base_url must be a non-empty string like 'http://127.0.0.1:8000/v1', got {base_url!r}"
         )
     url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parses the port, which may be out of range or not a number
+    except ValueError:  # e.g. an unclosed "[" around an IPv6 host
+        raise ValueError(
+            f"base_url must be an http(s) URL like 'http://127.0.0.1:8000/v1', got {base_url!r} "
+            "(its host or port cannot be read)"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"base_url must be an http(s) URL like 'http://127.0.0.1:8000/v1', got {base_url!r}")
     if parts.query or parts.fragment:
@@ -361,8 +457,10 @@ class OpenAICompatibleLLM:
 
     ``api_key`` defaults to the ``OPENAI_API_KEY`` environment variable when
     it is set; without a key no ``Authorization`` header is sent (local
-    servers need none). See the module docstring for the request, usage,
-    retry and concurrency rules. ``stats`` counts what happened; use the
+    servers need none). ``timeout_s`` bounds each attempt as a whole
+    (reading the answer included) and ``max_response_bytes`` the size of an
+    answer. See the module docstring for the request, usage, retry, timeout
+    and concurrency rules. ``stats`` counts what happened; use the
     instance as a context manager, or call :meth:`close`, to release its
     threads and connections.
     """
@@ -380,14 +478,24 @@ class OpenAICompatibleLLM:
         backoff_max_s: float = 20,
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.base_url = _check_base_url(base_url)
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         if not _is_int(max_concurrency) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
-        if not isinstance(timeout_s, (int, float)) or not (0 < timeout_s < math.inf):
-            raise ValueError(f"timeout_s must be a positive finite number of seconds, got {timeout_s!r}")
+        if (
+            not isinstance(timeout_s, (int, float))
+            or isinstance(timeout_s, bool)
+            or not (0 < timeout_s <= threading.TIMEOUT_MAX)
+        ):
+            raise ValueError(
+                f"timeout_s must be a positive number of seconds (at most {threading.TIMEOUT_MAX:g}), "
+                f"got {timeout_s!r}"
+            )
+        if not _is_int(max_response_bytes) or max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be an integer >= 1, got {max_response_bytes!r}")
         if not _is_int(max_retries) or max_retries < 0:
             raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         for label, value in (("backoff_s", backoff_s), ("backoff_max_s", backoff_max_s)):
@@ -406,6 +514,7 @@ class OpenAICompatibleLLM:
         self.model = model
         self.max_concurrency = max_concurrency
         self.timeout_s = float(timeout_s)
+        self.max_response_bytes = max_response_bytes
         self.max_retries = max_retries
         self.backoff_s = float(backoff_s)
         self.backoff_max_s = float(backoff_max_s)
@@ -415,7 +524,8 @@ class OpenAICompatibleLLM:
 
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._has_key = bool(key)
-        headers = {"Accept": "application/json"}
+        # An uncompressed body, so that the size cap bounds what is held in memory.
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self._client = httpx.Client(
@@ -663,7 +773,7 @@ class OpenAICompatibleLLM:
         return base / 2 + self._rng.uniform(0.0, base / 2)
 
     def _give_up(self, attempts: int, e: _AttemptError) -> LLMServerError:
-        how = "" if e.retryable else " (not retried: the server rejected the request)"
+        how = "" if e.retryable else f" (not retried: {e.no_retry})"
         return LLMServerError(
             f"{self.endpoint} (model {self.model!r}) failed after {attempts} "
             f"attempt{'s' if attempts != 1 else ''}{how}: {e.description}",
@@ -676,29 +786,23 @@ class OpenAICompatibleLLM:
         )
 
     def _attempt(self, body: dict) -> _Response:
-        """One HTTP request: the parsed response, or an :class:`_AttemptError` saying what went wrong."""
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            with self._client.stream("POST", self.endpoint, json=body) as r:
-                chunks: list[bytes] = []
-                for chunk in r.iter_bytes():
-                    chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise _AttemptError(
-                            f"response body still arriving after {self.timeout_s:g} s", retryable=True
-                        )
-                raw = b"".join(chunks)
-                status = r.status_code
-                headers = r.headers
-        except httpx.TimeoutException as e:
-            raise _AttemptError(
-                f"{type(e).__name__}: no answer within {self.timeout_s:g} s", retryable=True
-            ) from None
-        except httpx.UnsupportedProtocol as e:
-            raise _AttemptError(f"{type(e).__name__}: {e}", retryable=False) from None
-        except httpx.RequestError as e:
-            raise _AttemptError(f"{type(e).__name__}: {e or 'connection failed'}", retryable=True) from None
+        """One HTTP request: the parsed response, or an :class:`_AttemptError` saying what went wrong.
 
+        The exchange runs in a helper thread; the caller waits ``timeout_s``
+        for it as a whole and then gives up on it (see the module docstring).
+        """
+        ex = _Exchange()
+        helper = threading.Thread(target=self._exchange, args=(body, ex), name="openai-llm-http", daemon=True)
+        helper.start()
+        if not ex.done.wait(self.timeout_s):
+            ex.abandon()
+            raise _AttemptError(
+                f"timed out: no complete answer within {self.timeout_s:g} s",
+                retryable=True,
+            )
+        if ex.error is not None:
+            raise ex.error
+        status, raw = ex.status, ex.raw
         if not 200 <= status < 300:
             text = raw.decode("utf-8", errors="replace")
             raise _AttemptError(
@@ -706,7 +810,7 @@ class OpenAICompatibleLLM:
                 retryable=status in RETRY_STATUSES,
                 status=status,
                 body=_excerpt(text),
-                retry_after=_retry_after(headers),
+                retry_after=_retry_after(ex.headers),
             )
         try:
             data = json.loads(raw)
@@ -719,3 +823,51 @@ class OpenAICompatibleLLM:
                 body=text,
             ) from None
         return _parse_response(data)
+
+    def _too_large(self, status: int, size: str) -> _AttemptError:
+        return _AttemptError(
+            f"HTTP {status} response body {size} exceeds max_response_bytes={self.max_response_bytes}",
+            retryable=False,
+            status=status,
+            no_retry="the answer is larger than the client accepts",
+        )
+
+    def _exchange(self, body: dict, ex: _Exchange) -> None:
+        """Send one request and read its answer into ``ex`` (run in a helper thread, see :meth:`_attempt`).
+
+        At most ``max_response_bytes`` of body (plus one network read) are
+        held; a larger body ends the exchange with a non-retryable error.
+        """
+        cap = self.max_response_bytes
+        try:
+            with self._client.stream("POST", self.endpoint, json=body, extensions={"trace": ex.trace}) as r:
+                ex.watch(r.extensions.get("network_stream"))
+                declared = r.headers.get("content-length", "").strip()
+                if declared.isascii() and declared.isdigit() and int(declared) > cap:
+                    raise self._too_large(r.status_code, f"of {int(declared)} bytes (Content-Length)")
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in r.iter_bytes():
+                    if ex.abandoned:
+                        return
+                    size += len(chunk)
+                    if size > cap:
+                        raise self._too_large(r.status_code, f"of more than {cap} bytes")
+                    chunks.append(chunk)
+                ex.raw = b"".join(chunks)
+                ex.status = r.status_code
+                ex.headers = r.headers
+        except _AttemptError as e:
+            ex.error = e
+        except httpx.TimeoutException as e:
+            ex.error = _AttemptError(
+                f"{type(e).__name__}: no answer within {self.timeout_s:g} s", retryable=True
+            )
+        except httpx.UnsupportedProtocol as e:
+            ex.error = _AttemptError(f"{type(e).__name__}: {e}", retryable=False)
+        except httpx.RequestError as e:
+            ex.error = _AttemptError(f"{type(e).__name__}: {e or 'connection failed'}", retryable=True)
+        except BaseException as e:  # handed to the caller's thread, which raises it
+            ex.error = e
+        finally:
+            ex.done.set()

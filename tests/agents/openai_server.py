@@ -40,10 +40,23 @@ normal answer. A fault is a tuple:
     answer 200 with a body that is not valid JSON.
 ``("json", obj)``
     answer 200 with ``obj`` verbatim as JSON (e.g. a response without ``choices``).
+``("large", nbytes)`` / ``("large", nbytes, declare_length)``
+    answer 200 with a valid chat completion whose body is ``nbytes`` long
+    (the reply text is filler), written in 64 KiB pieces made on the fly so
+    that the server itself holds little memory. With ``declare_length``
+    false (the default is true) no ``Content-Length`` is sent and the body
+    ends when the connection closes. Writing stops when the client goes away.
+``("trickle", seconds_per_byte)`` / ``("trickle", seconds_per_byte, "headers")``
+    answer 200 with a valid chat completion (reply text ``"slow"``), but send
+    the body (or, with ``"headers"``, the status line and headers as well)
+    one byte every ``seconds_per_byte``; it stops when the client goes away
+    or the server stops.
 
 Every chat request is recorded (``.requests``, ``.headers``) whatever
 happens to it, and the server counts requests in flight (``.max_in_flight``)
-so that tests can check a client's concurrency limit.
+so that tests can check a client's concurrency limit, and response bytes
+written to sockets (``.bytes_sent``, headers excluded) so that tests can check
+how much of an answer a client read before it gave up.
 """
 
 from __future__ import annotations
@@ -127,7 +140,16 @@ Responder = Callable[..., str | Reply]
 Fault = tuple
 """One scripted per-request behaviour; see the module docstring for the forms."""
 
-_FAULT_ARITY = {"status": (2, 4), "drop": (1, 1), "hang": (2, 2), "malformed": (1, 1), "json": (2, 2)}
+_FAULT_ARITY = {
+    "status": (2, 4),
+    "drop": (1, 1),
+    "hang": (2, 2),
+    "malformed": (1, 1),
+    "json": (2, 2),
+    "large": (2, 3),
+    "trickle": (2, 3),
+}
+_CHUNK = 64 * 1024
 
 
 def _check_fault(fault: Any) -> tuple:
@@ -147,7 +169,25 @@ def _check_fault(fault: Any) -> tuple:
             raise ValueError(f"fault {fault!r}: headers must be a dict")
     if kind == "hang" and (not isinstance(fault[1], (int, float)) or fault[1] < 0):
         raise ValueError(f"fault {fault!r}: the hang time must be a non-negative number of seconds")
+    if kind == "large" and (not isinstance(fault[1], int) or fault[1] < len(_large_prefix()) + 8):
+        raise ValueError(
+            f"fault {fault!r}: the size must be an integer of at least {len(_large_prefix()) + 8}"
+        )
+    if kind == "trickle":
+        if not isinstance(fault[1], (int, float)) or fault[1] <= 0:
+            raise ValueError(f"fault {fault!r}: the time per byte must be a positive number of seconds")
+        if len(fault) == 3 and fault[2] not in ("body", "headers"):
+            raise ValueError(f"fault {fault!r}: what to trickle must be 'body' or 'headers'")
     return fault
+
+
+def _large_prefix() -> bytes:
+    return b'{"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", ' + (
+        b'"message": {"role": "assistant", "content": "'
+    )
+
+
+_LARGE_SUFFIX = b'"}}]}'
 
 
 def _wants_sample_index(fn: Callable[..., Any]) -> bool:
@@ -252,6 +292,7 @@ class OpenAITestServer:
         self._faults_served: list[tuple] = []
         self._in_flight = 0
         self._max_in_flight = 0
+        self._bytes_sent = 0
         self._ids = 0
         self._conns: set[socket.socket] = set()
         self._stop = threading.Event()
@@ -346,6 +387,12 @@ class OpenAITestServer:
         with self._lock:
             return self._max_in_flight
 
+    @property
+    def bytes_sent(self) -> int:
+        """Response body bytes written to client sockets so far (all requests; the kernel may still hold some)."""
+        with self._lock:
+            return self._bytes_sent
+
     def add_faults(self, *faults: Fault) -> None:
         """Append faults to the queue (served before any normal answer)."""
         checked = [_check_fault(f) for f in faults]
@@ -360,6 +407,7 @@ class OpenAITestServer:
             self._faults.clear()
             self._faults_served.clear()
             self._max_in_flight = self._in_flight
+            self._bytes_sent = 0
 
     # ---------------------------------------------------------------- handling
     def _track(self, conn: socket.socket, *, add: bool) -> None:
@@ -456,6 +504,68 @@ class OpenAITestServer:
             )
         elif kind == "json":
             self._send_json(h, 200, fault[1])
+        elif kind == "large":
+            self._send_large(h, fault[1], fault[2] if len(fault) == 3 else True)
+        elif kind == "trickle":
+            self._send_trickle(h, float(fault[1]), fault[2] if len(fault) == 3 else "body")
+
+    def _count_sent(self, n: int) -> None:
+        with self._lock:
+            self._bytes_sent += n
+
+    def _send_large(self, h: _Handler, nbytes: int, declare_length: bool) -> None:
+        prefix = _large_prefix()
+        filler = b"x" * _CHUNK
+        h.close_connection = True
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            if declare_length:
+                h.send_header("Content-Length", str(nbytes))
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(prefix)
+            self._count_sent(len(prefix))
+            left = nbytes - len(prefix) - len(_LARGE_SUFFIX)
+            while left > 0 and not self._stop.is_set():
+                piece = filler if left >= _CHUNK else filler[:left]
+                h.wfile.write(piece)
+                self._count_sent(len(piece))
+                left -= len(piece)
+            h.wfile.write(_LARGE_SUFFIX)
+            self._count_sent(len(_LARGE_SUFFIX))
+        except OSError:  # the client gave up on the answer
+            pass
+
+    def _send_trickle(self, h: _Handler, every_s: float, what: str) -> None:
+        body = json.dumps(
+            {
+                "object": "chat.completion",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "slow"}}
+                ],
+            }
+        ).encode("utf-8")
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode("ascii")
+        h.close_connection = True
+        try:
+            if what == "headers":
+                slow, fast = head + body, b""
+            else:
+                slow, fast = body, head
+            if fast:
+                h.wfile.write(fast)
+            for k in range(len(slow)):
+                h.wfile.write(slow[k : k + 1])
+                if what == "body" or k >= len(head):
+                    self._count_sent(1)
+                if self._stop.wait(every_s):
+                    return
+        except OSError:  # the client gave up on the answer
+            pass
 
     def _answer(self, body: dict) -> tuple[int, dict]:
         messages = body.get("messages")

@@ -8,11 +8,12 @@ import re
 import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 
 from societas.agents.llm.base import LLM, SamplingParams
-from societas.agents.llm.openai_compat import LLMServerError, OpenAICompatibleLLM
+from societas.agents.llm.openai_compat import DEFAULT_MAX_RESPONSE_BYTES, LLMServerError, OpenAICompatibleLLM
 from tests.agents.openai_server import OpenAITestServer, Reply, fake_logprob, fake_token_id, fake_tokenize
 
 FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}
@@ -305,7 +306,121 @@ def test_hang_longer_than_timeout_is_retried(caplog: pytest.LogCaptureFixture) -
     assert out[0][0].text == "echo: slow"
     # the first attempt was abandoned at the client's timeout, not answered late
     (warning,) = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-    assert "ReadTimeout: no answer within 0.3 s" in warning
+    # (the caller's deadline, or httpx's own read timeout when it fires first)
+    assert re.search(r"(timed out|ReadTimeout): no (complete )?answer within 0\.3 s", warning), warning
+
+
+# ------------------------------------------------- total time budget and size cap
+def _stops_sending(srv: OpenAITestServer, within_s: float = 3.0) -> bool:
+    """Whether the server's byte count stops growing (the client went away) within ``within_s``."""
+    end = time.monotonic() + within_s
+    last = srv.bytes_sent
+    while time.monotonic() < end:
+        time.sleep(0.3)
+        now = srv.bytes_sent
+        if now == last:
+            return True
+        last = now
+    return False
+
+
+def test_silent_server_fails_within_the_timeout() -> None:
+    with OpenAITestServer(echo, faults=[("hang", 10.0)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", timeout_s=0.5, max_retries=0, **FAST) as llm:
+            t0 = time.monotonic()
+            with pytest.raises(LLMServerError, match=r"no (complete )?answer within 0\.5 s") as ei:
+                llm.generate(["anyone?"])
+            elapsed = time.monotonic() - t0
+    assert 0.45 <= elapsed < 0.5 + 1.0
+    assert ei.value.attempts == 1 and ei.value.status is None and ei.value.retryable
+
+
+@pytest.mark.parametrize(
+    "what, every_s",
+    [("body", 0.9), ("headers", 0.05)],
+    ids=["body-just-under-a-read-timeout", "headers-fast-trickle"],
+)
+def test_trickling_server_fails_within_the_timeout(what: str, every_s: float) -> None:
+    """A server that sends a byte now and then never lets a per-read timeout fire: the timeout
+    covers the whole request, so the attempt ends after ``timeout_s``, not a read later."""
+    with OpenAITestServer(echo, faults=[("trickle", every_s, what)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", timeout_s=1.0, max_retries=0, **FAST) as llm:
+            t0 = time.monotonic()
+            with pytest.raises(
+                LLMServerError, match=r"no complete answer within 1 s|still arriving after 1 s"
+            ):
+                llm.generate(["slowly"])
+            elapsed = time.monotonic() - t0
+        assert 0.95 <= elapsed < 1.0 + 0.5  # a byte arrives every 0.9 s: one more read would end at 1.8 s
+        assert srv.bytes_sent < 30  # the whole answer would take seconds at this pace
+        assert _stops_sending(srv)  # the client closed its end instead of reading on in the background
+
+
+def test_retries_each_get_the_whole_timeout() -> None:
+    faults = [("trickle", 0.05), ("trickle", 0.05)]
+    with OpenAITestServer(echo, faults=faults) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", timeout_s=0.4, max_retries=2, **FAST) as llm:
+            t0 = time.monotonic()
+            out = llm.generate(["third time lucky"])
+            elapsed = time.monotonic() - t0
+            assert llm.stats["retries"] == 2
+    assert out[0][0].text == "echo: third time lucky"
+    assert 0.8 <= elapsed < 0.8 + 1.5  # two abandoned attempts of 0.4 s, then a quick answer
+
+
+@pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "streamed"])
+def test_reply_larger_than_the_cap_fails_fast_without_reading_it(declare_length: bool) -> None:
+    reply_bytes = 128 * 1024 * 1024
+    cap = 64 * 1024
+    with OpenAITestServer(echo, faults=[("large", reply_bytes, declare_length)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", max_response_bytes=cap, max_retries=3, **FAST) as llm:
+            tracemalloc.start()
+            try:
+                t0 = time.monotonic()
+                with pytest.raises(LLMServerError, match=f"exceeds max_response_bytes={cap}") as ei:
+                    llm.generate(["flood me"])
+                elapsed = time.monotonic() - t0
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert llm.stats["retries"] == 0  # the same question would get the same flood
+        assert _stops_sending(srv)
+        sent = srv.bytes_sent
+        assert len(srv.requests) == 1
+    assert "not retried: the answer is larger than the client accepts" in str(ei.value)
+    assert ei.value.attempts == 1 and ei.value.status == 200 and not ei.value.retryable
+    assert elapsed < 5.0
+    assert peak < 16 * 1024 * 1024  # nowhere near the 128 MiB answer
+    assert sent < reply_bytes // 2  # the client stopped reading; only socket buffers took more
+
+
+def test_default_cap_refuses_a_reply_past_32_mib() -> None:
+    assert DEFAULT_MAX_RESPONSE_BYTES == 32 * 1024 * 1024
+    with OpenAITestServer(echo, faults=[("large", DEFAULT_MAX_RESPONSE_BYTES + 4096, False)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", **FAST) as llm:
+            assert llm.max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES
+            with pytest.raises(
+                LLMServerError, match=f"exceeds max_response_bytes={DEFAULT_MAX_RESPONSE_BYTES}"
+            ):
+                llm.generate(["flood"])
+
+
+def test_reply_within_the_cap_is_read_whole() -> None:
+    with OpenAITestServer(echo, faults=[("large", 200_000, False)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", max_response_bytes=200_000, **FAST) as llm:
+            (text,) = [row[0].text for row in llm.generate(["big but fine"])]
+        assert srv.headers[0]["accept-encoding"] == "identity"  # no compressed body to expand past the cap
+    assert len(text) > 199_000 and set(text) == {"x"}
+
+
+def test_error_bodies_are_capped_too() -> None:
+    huge = "e" * 100_000
+    with OpenAITestServer(echo, faults=[("status", 500, None, huge)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", max_response_bytes=10_000, max_retries=3, **FAST) as llm:
+            with pytest.raises(LLMServerError, match="HTTP 500 response body of 100000 bytes") as ei:
+                llm.generate(["x"])
+        assert len(srv.requests) == 1
+    assert ei.value.status == 500
 
 
 # ------------------------------------------------------------------- giving up
@@ -334,6 +449,16 @@ def test_client_errors_fail_at_once_with_server_message(status: int) -> None:
     assert f"bad thing number {status}" in str(ei.value) and f"HTTP {status}" in str(ei.value)
     assert "1 attempt" in str(ei.value)
     assert ei.value.attempts == 1 and ei.value.status == status and not ei.value.retryable
+
+
+def test_a_server_message_is_quoted_on_one_line() -> None:
+    body = {"error": {"message": "first line\nsecond line\r\n\x1b[2Jthird"}}
+    with OpenAITestServer(echo, faults=[("status", 400, None, body)]) as srv:
+        with OpenAICompatibleLLM(srv.url, "m", **FAST) as llm, pytest.raises(LLMServerError) as ei:
+            llm.generate(["x"])
+    msg = str(ei.value)
+    assert "first line second line" in msg and "third" in msg
+    assert not any(ch in msg for ch in "\n\r\x1b") and "\x1b" not in (ei.value.body or "")
 
 
 def test_wrong_base_path_is_a_404_without_retries() -> None:
@@ -416,9 +541,14 @@ def test_name_repr_and_lifecycle() -> None:
         ({"base_url": "localhost:8000/v1", "model": "m"}, "http"),
         ({"base_url": "", "model": "m"}, "base_url"),
         ({"base_url": "http://h/v1/chat/completions", "model": "m"}, "names the endpoint"),
+        ({"base_url": "http://[::1/v1", "model": "m"}, "host or port cannot be read"),
+        ({"base_url": "http://h:99999/v1", "model": "m"}, "host or port cannot be read"),
         ({"base_url": "http://h/v1", "model": ""}, "model"),
         ({"base_url": "http://h/v1", "model": "m", "max_concurrency": 0}, "max_concurrency"),
         ({"base_url": "http://h/v1", "model": "m", "timeout_s": 0}, "timeout_s"),
+        ({"base_url": "http://h/v1", "model": "m", "timeout_s": 1e300}, "timeout_s"),
+        ({"base_url": "http://h/v1", "model": "m", "timeout_s": True}, "timeout_s"),
+        ({"base_url": "http://h/v1", "model": "m", "max_response_bytes": 0}, "max_response_bytes"),
         ({"base_url": "http://h/v1", "model": "m", "max_retries": -1}, "max_retries"),
         ({"base_url": "http://h/v1", "model": "m", "backoff_s": -1}, "backoff_s"),
         ({"base_url": "http://h/v1", "model": "m", "extra_body": {"x": object()}}, "extra_body"),
