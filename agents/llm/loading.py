@@ -87,9 +87,11 @@ def _build(uri: str, **kw: Any) -> LLM:
         mod, colon, attr = rest.rpartition(":")
         if not colon or not mod:
             raise UnknownLLM(f"function URI must be function:MODULE:ATTR, got {uri!r}")
+        if mod.startswith(".") or not all(part.isidentifier() for part in mod.split(".")):
+            raise UnknownLLM(f"function URI needs an absolute dotted module name, got {mod!r} in {uri!r}")
         try:
             fn = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as exc:
+        except (ImportError, AttributeError, ValueError) as exc:
             raise UnknownLLM(f"cannot import {mod}:{attr} for {uri!r}: {exc}") from None
         return FunctionLLM(fn, name=uri, **kw)
     raise UnknownLLM(
