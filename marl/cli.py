@@ -5,6 +5,9 @@ A thin typer app that mounts sub-command groups: ``games`` (exact solvers) and
 ``train`` (MAPPO/IPPO with communication modules; learned routing over agent
 graphs). Each group keeps its own conventions: errors exit 2
 with one short line, ``--json`` prints one JSON object on the last line.
+Progress goes to standard error: a rich bar on a terminal, one plain line
+every ``SOCIETAS_PROGRESS_EVERY_S`` seconds otherwise
+(:mod:`societas.marl.progress`).
 """
 
 from __future__ import annotations

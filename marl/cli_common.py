@@ -1,13 +1,36 @@
-"""Error reporting shared by the command lines of societas.marl: one short line, exit status 2."""
+"""Error reporting shared by the command lines of societas.marl: one short line, exit status 2.
+
+Besides :func:`fail`, the checks every command runs before it loads anything:
+:func:`check_range` for numeric options (a sane upper bound stops a typo such
+as ``--iterations 100000000000000000000000`` at once instead of after hours),
+:func:`check_seed` for seeds (the range every random generator accepts) and
+:func:`check_progress_env` for ``SOCIETAS_PROGRESS_EVERY_S``.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import NoReturn
+import math
+from typing import Any, NoReturn
 
 import typer
 
-__all__ = ["fail", "json_object", "one_line"]
+from societas.agents.documents import DocumentError, load_json
+from societas.agents.progress import progress_every_s
+
+__all__ = [
+    "MAX_SEED",
+    "MAX_THREADS",
+    "check_progress_env",
+    "check_range",
+    "check_seed",
+    "fail",
+    "json_object",
+    "one_line",
+    "shown",
+]
+
+MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
+MAX_THREADS = 1024  # torch CPU threads; more is a typo, not a machine
 
 
 def one_line(exc: Exception) -> str:
@@ -30,12 +53,48 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def shown(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters, for messages that quote what was given."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def check_range(option: str, value: float | None, low: float | None, high: float | None) -> None:
+    """Exit 2 naming ``option`` and ``value`` unless ``low <= value <= high`` (``None`` passes).
+
+    Floats must also be finite. ``low`` or ``high`` may be ``None`` for no bound.
+    """
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        fail(f"{option} must be a finite number, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            fail(f"{option} must be between {low} and {high}, got {shown(value)}")
+        if low is not None:
+            fail(f"{option} must be >= {low}, got {shown(value)}")
+        fail(f"{option} must be <= {high}, got {shown(value)}")
+
+
+def check_seed(option: str, value: int | None) -> None:
+    """Exit 2 unless ``value`` is a seed every generator accepts (0 to 2**32 - 1)."""
+    check_range(option, value, 0, MAX_SEED)
+
+
+def check_progress_env() -> None:
+    """Exit 2 when ``SOCIETAS_PROGRESS_EVERY_S`` is set to something other than a positive number."""
+    try:
+        progress_every_s()
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def json_object(option: str, text: str) -> dict:
     """The JSON object given to ``option``; exits with status 2 naming the option otherwise."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(f"{option} is not JSON: {exc.msg}")
+        value = load_json(text, source=option)
+    except DocumentError as exc:  # syntax (with line and column), size or nesting
+        fail(str(exc))
     if not isinstance(value, dict):
         fail(f"{option} must be a JSON object")
     return value

@@ -8,25 +8,43 @@
 
 It trains one MAPPO/IPPO run with the chosen communication module and writes
 the run directory of :func:`societas.marl.comm.train.train_comm`. An unknown env, algo
-or comm module (or bad ``--comm-kwargs``) exits with status 2 and one short
-line naming the bad value and the known ones; ``--json`` prints the result as
-one JSON object on the last line of standard output. Progress goes to
-standard error.
+or comm module, bad ``--comm-kwargs`` or a number out of its range (``--steps``
+at most ten billion) exits with status 2 and one short line naming the bad
+value; a run directory that cannot be written exits with status 1.
+``--json`` prints the result as one JSON object on the last line of standard
+output. Progress goes to standard error (plain lines when it is not a
+terminal).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import torch
 import typer
 
-from societas.marl.cli_common import fail, json_object, one_line
+from societas.marl.cli_common import (
+    MAX_THREADS,
+    check_progress_env,
+    check_range,
+    check_seed,
+    fail,
+    json_object,
+    one_line,
+)
 from societas.marl.comm.envs import ENVS
 from societas.marl.comm.mappo import ALGOS
 from societas.marl.comm.modules import COMM_MODULES
 from societas.marl.comm.train import run_cli_training
+from societas.marl.device import resolve_device
+
+# Sane upper bounds, checked before anything is built (a typo such as 10**23 steps
+# would otherwise run for ever).
+MAX_ENV_STEPS = 10_000_000_000
+MAX_NUM_ENVS = 1_000_000
+MAX_EVAL_EPISODES = 1_000_000
 
 app = typer.Typer(
     add_completion=False,
@@ -74,13 +92,22 @@ def comm(
         fail(f"unknown algo {algo!r}; known: {', '.join(ALGOS)}")
     if comm_name not in COMM_MODULES:
         fail(f"unknown comm {comm_name!r}; known: {', '.join(COMM_MODULES)}")
-    if steps < 1:
-        fail(f"--steps must be >= 1, got {steps}")
-    if threads is not None:
-        if threads < 1:
-            fail(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    check_progress_env()
+    check_range("--steps", steps, 1, MAX_ENV_STEPS)
+    check_seed("--seed", seed)
+    check_range("--num-envs", num_envs, 1, MAX_NUM_ENVS)
+    check_range("--eval-episodes", eval_episodes, 0, MAX_EVAL_EPISODES)
+    check_range("--threads", threads, 1, MAX_THREADS)
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        fail(f"--device: {exc}")
+    run_dir = Path(out)
+    if run_dir.exists() and not run_dir.is_dir():
+        fail(f"--out {run_dir}: not a directory")
     kwargs = json_object("--comm-kwargs", comm_kwargs) if comm_kwargs else {}
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         res = run_cli_training(
             env=env,
@@ -98,6 +125,8 @@ def comm(
         )
     except ValueError as exc:  # bad comm kwargs, device, adjacency ...
         fail(one_line(exc))
+    except OSError as exc:  # the run directory cannot be written
+        fail(f"--out {run_dir}: {exc.strerror or exc}", code=1)
     d = res.to_dict()
     if json_out:
         typer.echo(json.dumps(d))

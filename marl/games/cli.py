@@ -8,9 +8,13 @@
   arXiv 2602.16928 (four training, four held out) and writes ``table.md``,
   ``table.json`` and one ``curves_<game>.png`` per game.
 
-An unknown game or algorithm exits with status 2 and one short line; with
-``--json`` the result is one JSON object on the last line of standard output.
-Progress goes to standard error. An algorithm whose factory takes
+An unknown game or algorithm, a number out of its range (``--iterations`` at
+most ten million, PSRO's at most ten thousand and a meta-game of at most 16
+GiB) or a ``--plot``/``--out`` path that cannot be written exits with status 2
+and one short line before any tree is built; with ``--json`` the result is one
+JSON object on the last line of standard output. Progress goes to standard
+error: a bar on a terminal, otherwise one plain line every
+``SOCIETAS_PROGRESS_EVERY_S`` seconds (default 30). An algorithm whose factory takes
 ``total_iterations`` (a schedule with a horizon, such as HS-PCFR+) is given
 the ``--iterations`` of the run; one that takes ``warmup_iterations`` (VAD-CFR)
 starts averaging after half of them. Multi-valued options take several values
@@ -35,8 +39,10 @@ from typing import Any
 import pyspiel
 import torch
 import typer
+from matplotlib.figure import Figure
 from rich.console import Console
 
+from societas.marl.cli_common import check_progress_env, check_range, check_seed, fail
 from societas.marl.progress import progress_bar
 
 from .algorithms import ALGORITHMS, algorithm_names, get_algorithm
@@ -54,6 +60,12 @@ from .suites import HELD_OUT_GAMES, PAPER_GAMES, TRAINING_GAMES  # noqa: E402
 # Options of the ``table`` command that take several values after one flag.
 MULTI_VALUE_OPTIONS = ("--games", "--algos")
 EVAL_CHUNK = 4  # policies evaluated together (bounds memory on the large trees)
+# Sane upper bounds of the numeric options, checked before any tree is built: beyond
+# them a run would take days (a typo such as 10**23 iterations), not give a better answer.
+MAX_ITERATIONS = 10_000_000
+MAX_PSRO_ITERATIONS = 10_000
+MAX_POINTS = 10_000
+MAX_META_GAME_BYTES = 16 * 2**30  # PSRO's payoff tensor: players x (iterations + 1) ** players
 
 app = typer.Typer(
     add_completion=False,
@@ -66,9 +78,24 @@ app = typer.Typer(
 # ---------------------------------------------------------------- helpers --
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code)
+_fail = fail
+
+
+def _check_plot_path(option: str, path: Path | None) -> None:
+    """Exit 2 unless a figure can be written to ``path`` (checked before the run, not after it)."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"{option} {path}: is a directory; give a file name such as {path / 'curve.png'}")
+    fmt = path.suffix.lower().lstrip(".")
+    known = Figure().canvas.get_supported_filetypes()
+    if fmt and fmt not in known:
+        fail(f"{option} {path}: unknown image format {fmt!r}; known: {', '.join(sorted(known))}")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        fail(f"{option} {path}: {parent} is not a directory")
 
 
 def expand_multi_args(argv: list[str], options: tuple[str, ...] = MULTI_VALUE_OPTIONS) -> list[str]:
@@ -170,9 +197,9 @@ def _quiet_fd2():
     return cm()
 
 
-def validate_game(game: str) -> None:
-    """Exit 2 with one short line if OpenSpiel cannot load ``game`` or the
-    engine cannot handle it (checked cheaply, before any tree is built)."""
+def validate_game(game: str):
+    """The OpenSpiel game ``game``; exits 2 with one short line if OpenSpiel cannot
+    load it or the engine cannot handle it (checked cheaply, before any tree is built)."""
     name = game.split("(", 1)[0].strip()
     known = list(pyspiel.registered_names())
     if name not in known:
@@ -181,7 +208,7 @@ def validate_game(game: str) -> None:
         _fail(f"unknown game {name!r} (from --game {game!r}){hint}")
     try:
         with _quiet_fd2():
-            load_openspiel_game(game)
+            return load_openspiel_game(game)
     except GameTreeError as exc:
         msg = str(exc).strip().splitlines()
         _fail(msg[0] if msg else f"cannot load game {game!r}")
@@ -259,10 +286,10 @@ def solve(
 ) -> None:
     """Run one CFR variant on one game and report its exact exploitability."""
     _setup_logging(verbose)
-    if iterations < 1:
-        _fail(f"--iterations must be >= 1, got {iterations}")
-    if eval_every is not None and eval_every < 1:
-        _fail(f"--eval-every must be >= 1, got {eval_every}")
+    check_progress_env()
+    check_range("--iterations", iterations, 1, MAX_ITERATIONS)
+    check_range("--eval-every", eval_every, 1, MAX_ITERATIONS)
+    _check_plot_path("--plot", plot)
     (algo_name,) = _check_algorithms([algo])
     console = _console()
     t_start = time.perf_counter()
@@ -284,9 +311,14 @@ def solve(
     _, expl, nc = curve[-1]
     plotted = None
     if plot is not None:
-        plotted = str(
-            plot_curves({algo_name: [(t, e) for t, e, _ in curve]}, plot, title=f"{tree.game}: {algo_name}")
-        )
+        try:
+            plotted = str(
+                plot_curves(
+                    {algo_name: [(t, e) for t, e, _ in curve]}, plot, title=f"{tree.game}: {algo_name}"
+                )
+            )
+        except OSError as exc:
+            _fail(f"--plot {plot}: cannot write it: {exc.strerror or exc}", code=1)
     wall = time.perf_counter() - t_start
     payload: dict[str, Any] = {
         "game": tree.game,
@@ -343,24 +375,38 @@ def psro(
 ) -> None:
     """PSRO with an exact best-response oracle and exact meta-game payoffs."""
     _setup_logging(verbose)
-    if iterations < 1:
-        _fail(f"--iterations must be >= 1, got {iterations}")
+    check_progress_env()
+    check_range("--iterations", iterations, 1, MAX_PSRO_ITERATIONS)
+    check_seed("--seed", seed)
+    _check_plot_path("--plot", plot)
     known = meta_solver_names()
     for flag, name in (("--train", train), ("--eval", eval_solver)):
         if name is not None and name not in known:
             _fail(f"{flag}: unknown meta-solver {name!r}; known: {', '.join(known)}")
+    players = validate_game(game).num_players()
+    meta_bytes = 8 * players * (iterations + 1) ** players
+    if meta_bytes > MAX_META_GAME_BYTES:
+        _fail(
+            f"--iterations {iterations}: the meta-game of {players} players would take "
+            f"{meta_bytes / 2**30:,.0f} GiB (at most {MAX_META_GAME_BYTES // 2**30} GiB); use fewer iterations"
+        )
     console = _console()
     tree, load_s = _load(game, device, console)
     try:
         res = run_psro(tree, iterations, train_solver=train, eval_solver=eval_solver, seed=seed)
     except ValueError as exc:
         _fail(str(exc))
+    except MemoryError:
+        _fail(f"psro on {tree.game}: out of memory after loading the game", code=1)
     plotted = None
     if plot is not None:
         pts = [(k, e) for k, e in enumerate(res.exploitability) if k > 0]
-        plotted = str(
-            plot_curves({f"{res.train_solver}/{res.eval_solver}": pts}, plot, title=f"{tree.game}: PSRO")
-        )
+        try:
+            plotted = str(
+                plot_curves({f"{res.train_solver}/{res.eval_solver}": pts}, plot, title=f"{tree.game}: PSRO")
+            )
+        except OSError as exc:
+            _fail(f"--plot {plot}: cannot write it: {exc.strerror or exc}", code=1)
     payload = {
         "game": tree.game,
         "train_solver": res.train_solver,
@@ -442,8 +488,9 @@ def table(
 ) -> None:
     """Exploitability of every algorithm on the paper's games: table.md, table.json, curves_<game>.png."""
     _setup_logging(verbose)
-    if iterations < 1:
-        _fail(f"--iterations must be >= 1, got {iterations}")
+    check_progress_env()
+    check_range("--iterations", iterations, 1, MAX_ITERATIONS)
+    check_range("--points", points, 1, MAX_POINTS)
     algo_list = _check_algorithms(list(algos) if algos else algorithm_names())
     game_list = list(games) if games else list(PAPER_GAMES)
     console = _console()
@@ -457,7 +504,12 @@ def table(
     for g in game_list:
         validate_game(g)
 
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out}: not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"--out {out}: cannot create it: {exc.strerror or exc}")
     checkpoints = set(log_checkpoints(iterations, points))
     rows: list[dict] = []
     errors: list[str] = []
@@ -511,35 +563,38 @@ def table(
                     "iterations_per_second": iterations / max(sc, 1e-12),
                     "curve": [[t, e] for t, e, _ in c],
                 }
-            png = out / f"curves_{game_slug(g)}.png"
-            plot_curves({a: r["curve"] for a, r in results.items()}, png, title=f"{g} ({gset})")
-            files.append(str(png))
-            rows.append(
-                {
-                    "game": g,
-                    "set": gset,
-                    "players": tree.num_players,
-                    "histories": tree.num_nodes,
-                    "infosets": tree.num_infosets,
-                    "load_seconds": load_s,
-                    "plot": str(png),
-                    "results": results,
-                }
-            )
-            # Written after every game, so a long run leaves partial results.
-            write_table_md(out / "table.md", iterations, dev_name, rows, algo_list)
-            (out / "table.json").write_text(
-                json.dumps(
+            try:
+                png = out / f"curves_{game_slug(g)}.png"
+                plot_curves({a: r["curve"] for a, r in results.items()}, png, title=f"{g} ({gset})")
+                files.append(str(png))
+                rows.append(
                     {
-                        "iterations": iterations,
-                        "device": dev_name,
-                        "algorithms": algo_list,
-                        "games": rows,
-                        "errors": errors,
-                    },
-                    indent=1,
+                        "game": g,
+                        "set": gset,
+                        "players": tree.num_players,
+                        "histories": tree.num_nodes,
+                        "infosets": tree.num_infosets,
+                        "load_seconds": load_s,
+                        "plot": str(png),
+                        "results": results,
+                    }
                 )
-            )
+                # Written after every game, so a long run leaves partial results.
+                write_table_md(out / "table.md", iterations, dev_name, rows, algo_list)
+                (out / "table.json").write_text(
+                    json.dumps(
+                        {
+                            "iterations": iterations,
+                            "device": dev_name,
+                            "algorithms": algo_list,
+                            "games": rows,
+                            "errors": errors,
+                        },
+                        indent=1,
+                    )
+                )
+            except OSError as exc:  # the output folder became unwritable (disk full, removed)
+                _fail(f"--out {out}: cannot write the results: {exc.strerror or exc}", code=1)
             del solvers
     files = [str(out / "table.md"), str(out / "table.json")] + files
     expl = {r["game"]: {a: v["exploitability"] for a, v in r["results"].items()} for r in rows}

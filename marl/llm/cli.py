@@ -12,27 +12,50 @@ Each seed writes its own run directory (``OUT/seed_<s>``, see
 the held-out reward of every seed and their mean, and ``OUT/summary.md``
 tabulates the mean before and after. ``--recipe`` takes the recipe's
 options as a JSON object; ``--config`` a YAML file with ``recipe:`` and
-``train:`` sections (command-line options win). Bad values exit with status
-2 and one line naming them; ``--json`` prints the result as one JSON object
-on the last line of standard output.
+``train:`` sections (command-line options win; ``train.seed`` is the run's
+seed when ``--seeds`` is not given).
+
+Every setting is checked before a model is loaded: its type and range (counts
+have sane upper bounds, such as at most a million steps), the base model
+(``embedded``, ``hf:DIR`` or ``gguf:FILE``, an existing path where one is
+named), ``--serve`` (``vllm:MODEL_DIR`` with vLLM installed) and every run
+directory (empty, or with ``--resume`` holding a checkpoint). A bad value
+exits with status 2 and one line naming where it came from, the field and the
+value: ``--steps must be between 0 and 1000000, got -1``, ``run.yaml:
+train.steps: Input should be greater than or equal to 0 (got -3)``. A run that
+fails reading or writing its files exits with status 1. ``--json`` prints the
+result as one JSON object on the last line of standard output; progress goes
+to standard error (plain lines every ``SOCIETAS_PROGRESS_EVERY_S`` seconds
+when it is not a terminal).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
-import yaml
 from matplotlib.figure import Figure
 
-from societas.marl.cli_common import fail, json_object, one_line
+from societas.agents.documents import DocumentError, load_yaml_file
+from societas.marl.cli_common import (
+    MAX_SEED,
+    MAX_THREADS,
+    check_progress_env,
+    check_range,
+    check_seed,
+    fail,
+    json_object,
+    one_line,
+    shown,
+)
 from societas.marl.llm.loop import TrainConfig, mean_curves, train
 from societas.marl.llm.recipes import RECIPES
-from societas.marl.llm.settings import validate_settings
+from societas.marl.llm.settings import SettingsError, validate_settings
 from societas.marl.llm.trainer import CheckpointError
 
 MULTI_VALUE_OPTIONS = ("--seeds",)
@@ -67,22 +90,148 @@ def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) ->
     return mean
 
 
+MAX_STEPS = 1_000_000  # GRPO or SFT steps (and evaluation/checkpoint intervals) of one run
+MAX_SEEDS = 1_000  # runs of one command (one directory each)
+MAX_ROLLOUT_WORKERS = 1_024
+# Upper bounds of the loop's counts, whether they come from an option or from --config.
+TRAIN_LIMITS = {
+    "steps": MAX_STEPS,
+    "sft_steps": MAX_STEPS,
+    "eval_every": MAX_STEPS,
+    "checkpoint_every": MAX_STEPS,
+    "threads": MAX_THREADS,
+    "rollout_workers": MAX_ROLLOUT_WORKERS,
+}
+# Settings given by an option: the field path below ``train`` -> the option that set it.
+OPTION_FIELDS = {
+    "steps": "--steps",
+    "sft_steps": "--sft-steps",
+    "eval_every": "--eval-every",
+    "model": "--model",
+    "threads": "--threads",
+    "rollout_workers": "--rollout-workers",
+    "serve": "--serve",
+    "grpo.lr": "--lr",
+    "grpo.kl_beta": "--kl-beta",
+    "grpo.advantage": "--advantage",
+    "grpo.loss_type": "--loss-type",
+}
+
+
 def _load_config(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``recipe`` and ``train`` sections of the YAML file ``path``; exits 2 naming the file otherwise."""
     if path is None:
         return {}, {}
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        fail(f"--config {path}: {one_line(exc)}")
+        data = load_yaml_file(path)
+    except DocumentError as exc:  # missing, unreadable, not UTF-8, bad YAML: "FILE: what is wrong"
+        fail(str(exc))
+    data = {} if data is None else data
     if not isinstance(data, dict) or not set(data) <= {"recipe", "train"}:
-        fail(f"--config {path}: expected a mapping with 'recipe' and/or 'train' sections")
+        fail(f"{path}: expected a mapping with 'recipe' and/or 'train' sections")
     sections = []
     for key in ("recipe", "train"):
-        section = data.get(key) or {}
+        section = data.get(key)
+        section = {} if section is None else section
         if not isinstance(section, dict):
-            fail(f"--config {path}: {key}: expected a mapping of options, got {type(section).__name__}")
+            fail(f"{path}: {key}: expected a mapping of options, got {type(section).__name__}")
         sections.append(dict(section))
     return sections[0], sections[1]
+
+
+def _origin(path: str, given: dict[str, str], config: str | None) -> str:
+    """Who set the field at ``path`` (below ``train`` or ``recipe``): an option, the config file or nobody."""
+    for field, option in given.items():
+        if path == field or path.startswith((field + ".", field + "[")):
+            return option
+    return config or ""
+
+
+def _settings_failure(
+    exc: SettingsError, section: str, given: dict[str, str], config: str | None
+) -> NoReturn:
+    """Exit 2 with the error of a ``section`` setting, naming the option or file that gave it."""
+    sub = exc.path.removeprefix(section).lstrip(".")
+    origin = _origin(sub, given, config) if exc.path.startswith(section) else (config or "")
+    if origin.startswith("--") and origin != "--recipe":
+        fail(f"{origin}: {exc.message}" + (f" (got {exc.given})" if exc.given is not None else ""))
+    fail(f"{origin}: {exc.line()}" if origin else exc.line())
+
+
+def _model_problem(uri: str) -> str | None:
+    """What makes ``uri`` unusable as the base model of a training run, seen without loading it."""
+    if uri == "embedded":
+        return None
+    scheme, sep, rest = uri.partition(":")
+    if scheme not in ("hf", "gguf") or not sep:
+        return "training needs a local Hugging Face model: 'embedded', 'hf:PATH' or 'gguf:FILE'"
+    if not rest.strip():
+        return f"'{scheme}:' needs a {'model directory' if scheme == 'hf' else 'file'} after the colon"
+    where = Path(rest).expanduser()
+    if scheme == "gguf" and not where.is_file():
+        return f"no such file {rest}"
+    if scheme == "hf" and not where.exists() and rest.startswith(("/", ".", "~")):
+        return f"no such model directory {rest}"
+    if scheme == "hf" and where.exists() and not where.is_dir():
+        return f"{where} is a file; 'hf:' takes a model directory"
+    return None
+
+
+def _serve_problem(spec: str) -> str | None:
+    """What makes ``spec`` unusable as ``serve`` (``'vllm:MODEL_DIR'``), seen without loading anything."""
+    scheme, sep, rest = spec.partition(":")
+    if scheme != "vllm" or not sep or not rest.strip():
+        return "expected 'vllm:MODEL_DIR' (or 'vllm:embedded')"
+    if rest != "embedded" and rest.startswith(("/", ".", "~")) and not Path(rest).expanduser().is_dir():
+        return f"no such model directory {rest}"
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (pip install vllm)"
+    return None
+
+
+def _check_limits(cfg: TrainConfig, given: dict[str, str], config: str | None) -> None:
+    """Exit 2 when a count of ``cfg`` is past its sane upper bound or a rate is not finite."""
+    data = cfg.model_dump()
+    for field, high in TRAIN_LIMITS.items():
+        value = data.get(field)
+        if value is not None and value > high:
+            origin = _origin(field, given, config)
+            where = origin if origin.startswith("--") else f"{origin}: train.{field}".lstrip(": ")
+            fail(f"{where} must be <= {high}, got {shown(value)}")
+    floats = {f"grpo.{k}": v for k, v in data["grpo"].items()} | {"sft_lr": data["sft_lr"]}
+    for field, value in floats.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            origin = _origin(field, given, config)
+            where = origin if origin.startswith("--") else f"{origin}: train.{field}".lstrip(": ")
+            fail(f"{where} must be a finite number, got {value}")
+
+
+def _check_run_dirs(root: Path, seeds: list[int], resume: bool) -> None:
+    """Exit 2 when a run directory cannot be started (or, with ``resume``, continued), before any run."""
+    if root.exists() and not root.is_dir():
+        fail(f"--out {root}: not a directory")
+    for s in seeds:
+        run = root / f"seed_{s}"
+        if run.exists() and not run.is_dir():
+            fail(f"--out {root}: {run} is not a directory")
+        busy = run.is_dir() and any(run.iterdir())
+        if not resume:
+            if busy:
+                fail(
+                    f"--out {root}: {run} is not empty: pass --resume to continue it, or choose another --out"
+                )
+            continue
+        if not busy:
+            continue  # nothing to resume: this seed starts from scratch
+        latest = run / "checkpoint" / "LATEST"
+        try:
+            version = latest.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            fail(f"--resume: {run} has no checkpoint to continue from ({latest} is missing)")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"--resume: cannot read {latest}: {one_line(exc)}")
+        if not version or not (run / "checkpoint" / version / "loop.json").is_file():
+            fail(f"--resume: {latest} names checkpoint {version!r}, which is missing or incomplete")
 
 
 def make_command(name: str):
@@ -90,17 +239,23 @@ def make_command(name: str):
 
     def command(
         out: str = typer.Option(..., help="Run directory (one sub-directory per seed)."),
-        steps: int | None = typer.Option(None, help="GRPO steps."),
+        steps: int | None = typer.Option(None, help=f"GRPO steps (at most {MAX_STEPS})."),
         sft_steps: int | None = typer.Option(None, "--sft-steps", help="Supervised warm-start steps first."),
         eval_every: int | None = typer.Option(
             None, "--eval-every", help="Held-out evaluation every N GRPO steps."
         ),
-        seeds: list[int] = typer.Option([0], "--seeds", help="One run per seed, e.g. --seeds 0 1."),
+        seeds: list[int] | None = typer.Option(
+            None,
+            "--seeds",
+            help="One run per seed, e.g. --seeds 0 1 (default: train.seed of --config, or 0).",
+        ),
         lr: float | None = typer.Option(None, help="GRPO learning rate."),
         kl_beta: float | None = typer.Option(None, "--kl-beta", help="KL penalty to the frozen base model."),
         advantage: str | None = typer.Option(None, help="grpo, gdpo or dr_grpo."),
         loss_type: str | None = typer.Option(None, "--loss-type", help="grpo, bnpo or dr_grpo."),
-        model: str | None = typer.Option(None, help="Base model URI (default: the embedded model)."),
+        model: str | None = typer.Option(
+            None, help="Base model: 'embedded' (default), 'hf:DIR' or 'gguf:FILE'."
+        ),
         recipe: str | None = typer.Option(None, "--recipe", help="Recipe options as a JSON object."),
         config: str | None = typer.Option(
             None, "--config", help="YAML file with 'recipe' and 'train' sections."
@@ -110,7 +265,11 @@ def make_command(name: str):
             None, "--rollout-workers", help="Ray actors for rollouts."
         ),
         serve: str | None = typer.Option(None, help="'vllm:MODEL_DIR' to generate rollouts with vLLM."),
-        resume: bool = typer.Option(False, "--resume", help="Continue the runs from their checkpoints."),
+        resume: bool = typer.Option(
+            False,
+            "--resume",
+            help="Continue the runs from their checkpoints (a seed without a run directory starts afresh).",
+        ),
         json_out: bool = typer.Option(
             False, "--json", help="Print the result as one JSON object on the last line."
         ),
@@ -119,14 +278,45 @@ def make_command(name: str):
         logging.basicConfig(
             level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
         )
-        seeds = list(dict.fromkeys(seeds))  # a seed given twice is one run, not two into one directory
+        # Every setting is checked before anything runs: a bad one costs no model load.
+        check_progress_env()
+        check_range("--steps", steps, 0, MAX_STEPS)
+        check_range("--sft-steps", sft_steps, 0, MAX_STEPS)
+        check_range("--eval-every", eval_every, 1, MAX_STEPS)
+        check_range("--threads", threads, 1, MAX_THREADS)
+        check_range("--rollout-workers", rollout_workers, 0, MAX_ROLLOUT_WORKERS)
+        check_range("--lr", lr, None, None)
+        check_range("--kl-beta", kl_beta, None, None)
+        for s in seeds or ():
+            check_seed("--seeds", s)
+        if model is not None and (problem := _model_problem(model)):
+            fail(f"--model {model!r}: {problem}")
+        if serve is not None and (problem := _serve_problem(serve)):
+            fail(f"--serve {serve!r}: {problem}")
         recipe_kw, train_kw = _load_config(config)
-        if recipe:
-            recipe_kw.update(json_object("--recipe", recipe))
-        grpo = train_kw.pop("grpo", None) or {}
+        grpo = train_kw.pop("grpo", None)
+        grpo = {} if grpo is None else grpo
         if not isinstance(grpo, dict):
-            fail(f"train.grpo: expected a mapping of options, got {type(grpo).__name__}")
+            fail(f"{config}: train.grpo: expected a mapping of options, got {type(grpo).__name__}")
         grpo = dict(grpo)
+        if "seed" in grpo:
+            fail(f"{config}: train.grpo.seed: set by the run's seed (train.seed or --seeds); remove it")
+        file_seed = train_kw.pop("seed", None)
+        if not seeds:
+            if file_seed is not None and (type(file_seed) is not int or not 0 <= file_seed <= MAX_SEED):
+                fail(
+                    f"{config}: train.seed must be an integer between 0 and {MAX_SEED}, got {shown(file_seed)}"
+                )
+            seeds = [0 if file_seed is None else file_seed]
+        seeds = list(dict.fromkeys(seeds))  # a seed given twice is one run, not two into one directory
+        if len(seeds) > MAX_SEEDS:
+            fail(f"--seeds: at most {MAX_SEEDS} runs at once, got {len(seeds)}")
+        recipe_file = set(recipe_kw)
+        if recipe:
+            extra = json_object("--recipe", recipe)
+            recipe_kw.update(extra)
+            recipe_file -= set(extra)
+        given: dict[str, str] = {}
         for key, val in (
             ("lr", lr),
             ("kl_beta", kl_beta),
@@ -135,6 +325,7 @@ def make_command(name: str):
         ):
             if val is not None:
                 grpo[key] = val
+                given[f"grpo.{key}"] = OPTION_FIELDS[f"grpo.{key}"]
         for key, val in (
             ("steps", steps),
             ("sft_steps", sft_steps),
@@ -146,18 +337,30 @@ def make_command(name: str):
         ):
             if val is not None:
                 train_kw[key] = val
-        # Every setting is checked before anything runs: a bad one costs no model load.
-        try:
-            cfgs = {
-                s: validate_settings(
+                given[key] = OPTION_FIELDS[key]
+        cfgs: dict[int, TrainConfig] = {}
+        for s in seeds:
+            try:
+                cfgs[s] = validate_settings(
                     TrainConfig, {**train_kw, "seed": s, "grpo": {**grpo, "seed": s}}, "train"
                 )
-                for s in seeds
-            }
+            except SettingsError as exc:  # names the field: train.grpo.lr
+                _settings_failure(exc, "train", given, config)
+        first = cfgs[seeds[0]]
+        _check_limits(first, given, config)
+        for field, check in (("model", _model_problem), ("serve", _serve_problem)):
+            value = getattr(first, field)
+            if value is not None and field not in given and (problem := check(value)):
+                fail(f"{config}: train.{field}: {problem} (got {shown(value)})")
+        try:
             rec = RECIPES[name](recipe_kw)
-        except ValueError as exc:  # SettingsError names the field: recipe.group_size, train.grpo.lr
+        except SettingsError as exc:  # names the field: recipe.group_size
+            origin = dict.fromkeys(set(recipe_kw) - recipe_file, "--recipe")
+            _settings_failure(exc, "recipe", origin, config)
+        except ValueError as exc:
             fail(one_line(exc))
         root = Path(out)
+        _check_run_dirs(root, seeds, resume)
         runs: dict[int, list[dict[str, Any]]] = {}
         results = []
         for s, cfg in cfgs.items():
@@ -165,9 +368,14 @@ def make_command(name: str):
                 res = train(rec, cfg, root / f"seed_{s}", resume=resume, progress=True)
             except (ValueError, FileExistsError, ImportError, CheckpointError) as exc:
                 fail(one_line(exc))
+            except OSError as exc:  # a file the run reads or writes
+                fail(one_line(exc), code=1)
             runs[s] = res.history
             results.append(res.to_dict() | {"seed": s})
-        mean = plot_seeds(runs, root / "heldout.png", f"{name}: held-out reward")
+        try:
+            mean = plot_seeds(runs, root / "heldout.png", f"{name}: held-out reward")
+        except OSError as exc:
+            fail(f"cannot write {root / 'heldout.png'}: {one_line(exc)}", code=1)
         before, after = mean[0], mean[-1]
         lines = [
             f"# {name}: held-out reward over {len(seeds)} seed(s)",
@@ -177,7 +385,10 @@ def make_command(name: str):
         ]
         lines += [f"| {m['step']} | {m['reward']:.4f} | {m['std']:.4f} | {m['runs']} |" for m in mean]
         lines += ["", f"Before: {before['reward']:.4f}; after: {after['reward']:.4f}."]
-        (root / "summary.md").write_text("\n".join(lines) + "\n")
+        try:
+            (root / "summary.md").write_text("\n".join(lines) + "\n")
+        except OSError as exc:
+            fail(f"cannot write {root / 'summary.md'}: {one_line(exc)}", code=1)
         summary = {
             "recipe": name,
             "seeds": list(seeds),

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from societas.topology.errors import SpecError, spec_error_from_validation
+from societas.topology.errors import SpecError, spec_error_from_validation, validation_error_text
 
 __all__ = ["RecipeConfig", "SettingsError", "recipe_settings", "validate_settings"]
 
@@ -27,7 +27,23 @@ C = TypeVar("C", bound="RecipeConfig")
 
 
 class SettingsError(SpecError):
-    """Invalid recipe or loop settings; ``str()`` reads ``"recipe.group_size: what is wrong"``."""
+    """Invalid recipe or loop settings; ``str()`` reads ``"recipe.group_size: what is wrong"``.
+
+    ``given`` is the value given for the first bad field (its ``repr``, cut
+    short; ``None`` when the problem is not one value, such as a missing field
+    or two fields that disagree); :meth:`line` adds it to the message.
+    """
+
+    given: str | None = None
+    _first_len: int = 0  # the length of the first problem's text at the start of ``message``
+
+    def line(self) -> str:
+        """``str(self)`` with the value given for the first bad field: ``recipe.steps: ... (got -3)``."""
+        if self.given is None:
+            return str(self)
+        cut = self._first_len
+        message = f"{self.message[:cut]} (got {self.given}){self.message[cut:]}"
+        return f"{self.path}: {message}" if self.path else message
 
 
 class RecipeConfig(BaseModel):
@@ -52,7 +68,28 @@ def validate_settings(model: type[M], data: M | Mapping[str, Any] | None, sectio
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        raise spec_error_from_validation(exc, model, prefix=(section,), error_cls=SettingsError) from None
+        err = spec_error_from_validation(exc, model, prefix=(section,), error_cls=SettingsError)
+        _note_given(err, exc, model)
+        raise err from None
+
+
+def _note_given(err: SpecError, exc: ValidationError, model: type[BaseModel]) -> None:
+    """Record on ``err`` the value given for the first bad field, when it is one plain value."""
+    errors = exc.errors(include_url=False)
+    if not errors or not isinstance(err, SettingsError):
+        return
+    first = errors[0]
+    value = first.get("input")
+    if first.get("type") in ("missing", "extra_forbidden") or not first.get("loc"):
+        return
+    if not isinstance(value, (str, int, float, bool, list, tuple)) and value is not None:
+        return  # a mapping or an object: the field path says enough
+    _, text = validation_error_text(first, model)
+    if not err.message.startswith(text):
+        return
+    shown = repr(value)
+    err.given = shown if len(shown) <= 60 else shown[:59] + "…"
+    err._first_len = len(text)
 
 
 def recipe_settings(model: type[C], settings: C | Mapping[str, Any] | None, options: Mapping[str, Any]) -> C:

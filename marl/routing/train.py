@@ -38,11 +38,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from societas.agents.documents import DocumentError, load_yaml_file
 from societas.marl.device import resolve_device
 from societas.marl.progress import progress_bar
 from societas.topology import Graph, graph_to_mermaid, render_graph_png
 from societas.topology.errors import SpecError, spec_error_from_validation
-from societas.topology.yaml_io import load_yaml_bounded
 
 from .env import RoutingEnv, RoutingEnvConfig, TaskBatch, run_runtime
 from .gdesigner import GDesignerConfig, GDesignerRouter
@@ -116,16 +116,15 @@ class RoutingTrainConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RoutingTrainConfig:
-        p = Path(path)
+        """The config in the YAML file ``path``; every error names the file (``"c.yaml: steps: ..."``)."""
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise RoutingConfigError("", f"cannot read {str(p)!r}: {exc.strerror or exc}") from None
+            data = load_yaml_file(path)  # the project's guarded loader: UTF-8, size and alias limits
+        except DocumentError as exc:
+            raise RoutingConfigError("", f"cannot read {exc}") from None
         try:
-            data = load_yaml_bounded(text)
-        except SpecError as exc:
-            raise RoutingConfigError(exc.path, exc.message) from None
-        return cls.from_data(data if data is not None else {})
+            return cls.from_data(data if data is not None else {})
+        except RoutingConfigError as exc:
+            raise RoutingConfigError("", f"{path}: {exc}") from None
 
 
 @dataclass

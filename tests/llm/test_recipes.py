@@ -253,29 +253,71 @@ def test_cli_lists_recipes_and_rejects_bad_options(tmp_path):
     r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", "[1]"])
     assert _one_error_line(r) == "error: --recipe must be a JSON object"
     r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", json.dumps({"proposals_per_step": 1})])
-    assert (
-        _one_error_line(r) == "error: recipe.proposals_per_step: Input should be greater than or equal to 2"
+    assert _one_error_line(r) == (
+        "error: --recipe: recipe.proposals_per_step: Input should be greater than or equal to 2 (got 1)"
     )
     r = runner.invoke(app, ["train", "conductor", *out, "--recipe", '{"nope": 1}'])
-    assert _one_error_line(r).startswith("error: recipe.nope: unknown field (allowed: problems_per_step,")
+    assert _one_error_line(r).startswith(
+        "error: --recipe: recipe.nope: unknown field (allowed: problems_per_step,"
+    )
     r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", '{"shared": 1}'])
-    assert _one_error_line(r) == "error: recipe.shared: Input should be a valid boolean"
+    assert _one_error_line(r) == "error: --recipe: recipe.shared: Input should be a valid boolean (got 1)"
+    r = runner.invoke(app, ["train", "selfplay", *out, "--recipe", "[[[["])
+    assert _one_error_line(r) == "error: --recipe: JSON syntax error at line 1, column 5: Expecting value"
     r = runner.invoke(app, ["train", "selfplay", *out, "--advantage", "ppo", "--steps", "0"])
-    assert _one_error_line(r) == "error: train.grpo.advantage: Input should be 'grpo', 'gdpo' or 'dr_grpo'"
+    assert _one_error_line(r) == "error: --advantage: Input should be 'grpo', 'gdpo' or 'dr_grpo' (got 'ppo')"
     r = runner.invoke(app, ["train", "selfplay", *out, "--steps", "-1"])
-    assert _one_error_line(r) == "error: train.steps: Input should be greater than or equal to 0"
+    assert _one_error_line(r) == "error: --steps must be between 0 and 1000000, got -1"
     assert not (tmp_path / "x").exists()  # every setting is checked before a run starts
 
 
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("recipe: [1]\n", "recipe: expected a mapping of options, got list"),
-        ("train:\n  grpo: 3\n", "train.grpo: expected a mapping of options, got int"),
-        ("train:\n  grpo: {lr: -1.0}\n", "train.grpo.lr: Input should be greater than 0"),
-        ("recipe:\n  n_solvers: 2.5\n", "recipe.n_solvers: Input should be a valid integer"),
-        ("recipe:\n  proposer_steps: 0\n  solver_steps: 0\n", "recipe.solver_steps: proposer_steps and"),
-        ("recipe: {}\nextra: 1\n", "expected a mapping with 'recipe' and/or 'train' sections"),
+        ("recipe: [1]\n", "run.yaml: recipe: expected a mapping of options, got list"),
+        ("recipe: 0\n", "run.yaml: recipe: expected a mapping of options, got int"),
+        ("train:\n  grpo: 3\n", "run.yaml: train.grpo: expected a mapping of options, got int"),
+        (
+            "train:\n  grpo: {lr: -1.0}\n",
+            "run.yaml: train.grpo.lr: Input should be greater than 0 (got -1.0)",
+        ),
+        ("train:\n  grpo: {lr: .inf}\n", "run.yaml: train.grpo.lr must be a finite number, got inf"),
+        ("train:\n  grpo: {seed: 3}\n", "run.yaml: train.grpo.seed: set by the run's seed"),
+        (
+            "recipe:\n  n_solvers: 2.5\n",
+            "run.yaml: recipe.n_solvers: Input should be a valid integer (got 2.5)",
+        ),
+        (
+            "recipe:\n  proposer_steps: 0\n  solver_steps: 0\n",
+            "run.yaml: recipe.solver_steps: proposer_steps and",
+        ),
+        ("recipe: {}\nextra: 1\n", "run.yaml: expected a mapping with 'recipe' and/or 'train' sections"),
+        # the wrong types that once ended in "'<' not supported between instances of 'str' and 'int'"
+        (
+            'recipe:\n  proposals_per_step: "eight"\n',
+            "error: run.yaml: recipe.proposals_per_step: Input should be a valid integer (got 'eight')",
+        ),
+        (
+            "train:\n  steps: -3\n",
+            "error: run.yaml: train.steps: Input should be greater than or equal to 0 (got -3)",
+        ),
+        (
+            "train:\n  steps: 100000000000000000000000\n",
+            "run.yaml: train.steps must be <= 1000000, got 100000000000000000000000",
+        ),
+        ("train:\n  seed: -1\n", "run.yaml: train.seed must be an integer between 0 and 4294967295, got -1"),
+        (
+            "train:\n  model: 'openai:http://x#m'\n",
+            "run.yaml: train.model: training needs a local Hugging Face",
+        ),
+        ("train:\n  model: 'gguf:/no/such.gguf'\n", "run.yaml: train.model: no such file /no/such.gguf"),
+        ("train:\n  serve: 'hf:x'\n", "run.yaml: train.serve: String should match pattern"),
+        ("recipe: [\n", "run.yaml: YAML syntax error at line 2, column 1"),
+        (
+            "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, c in zip("abcdef", "bcdefg")),
+            "run.yaml: the document is too large",
+        ),
     ],
 )
 def test_cli_config_errors_are_one_line_naming_the_field(tmp_path, text, expected):
@@ -284,7 +326,151 @@ def test_cli_config_errors_are_one_line_naming_the_field(tmp_path, text, expecte
     cfg = tmp_path / "run.yaml"
     cfg.write_text(text)
     r = CliRunner().invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--config", str(cfg)])
-    assert expected in _one_error_line(r)
+    assert expected.replace("run.yaml", str(cfg)) in _one_error_line(r)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (b"\xff\xfetrain: {}\n", "not UTF-8 text (byte 0: invalid start byte)"),
+        (None, "no such file"),
+    ],
+)
+def test_cli_config_that_cannot_be_read_is_one_line_naming_the_file(tmp_path, content, expected):
+    from societas.marl.cli import app
+
+    cfg = tmp_path / "run.yaml"
+    if content is not None:
+        cfg.write_bytes(content)
+    r = CliRunner().invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--config", str(cfg)])
+    assert _one_error_line(r) == f"error: {cfg}: {expected}"
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if a command loads a model or starts a run (what every check must precede)."""
+    from societas.marl.llm import backend as backend_mod
+    from societas.marl.llm import cli as llm_cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the settings were checked")
+
+    monkeypatch.setattr(backend_mod, "load_llm", refuse)
+    monkeypatch.setattr(llm_cli, "train", refuse)
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["--serve", "nosuch:x"],
+            "error: --serve 'nosuch:x': expected 'vllm:MODEL_DIR' (or 'vllm:embedded')",
+        ),
+        (["--serve", "vllm:"], "error: --serve 'vllm:': expected 'vllm:MODEL_DIR' (or 'vllm:embedded')"),
+        (
+            ["--serve", "vllm:/no/such/dir"],
+            "error: --serve 'vllm:/no/such/dir': no such model directory /no/such/dir",
+        ),
+        (
+            ["--model", "nosuch:x"],
+            "error: --model 'nosuch:x': training needs a local Hugging Face model: "
+            "'embedded', 'hf:PATH' or 'gguf:FILE'",
+        ),
+        (["--model", "hf:./no/such"], "error: --model 'hf:./no/such': no such model directory ./no/such"),
+        (
+            ["--model", "gguf:/no/such.gguf"],
+            "error: --model 'gguf:/no/such.gguf': no such file /no/such.gguf",
+        ),
+        (["--steps", str(10**23)], f"error: --steps must be between 0 and 1000000, got {10**23}"),
+        (["--sft-steps", "2000000"], "error: --sft-steps must be between 0 and 1000000, got 2000000"),
+        (["--eval-every", "0"], "error: --eval-every must be between 1 and 1000000, got 0"),
+        (["--threads", "100000"], "error: --threads must be between 1 and 1024, got 100000"),
+        (["--rollout-workers", "-1"], "error: --rollout-workers must be between 0 and 1024, got -1"),
+        (
+            ["--seeds", "0", "--seeds", str(2**64)],
+            f"error: --seeds must be between 0 and 4294967295, got {2**64}",
+        ),
+        (["--lr", "inf"], "error: --lr must be a finite number, got inf"),
+        (["--kl-beta", "nan"], "error: --kl-beta must be a finite number, got nan"),
+        (
+            ["--loss-type", "ppo"],
+            "error: --loss-type: Input should be 'grpo', 'bnpo' or 'dr_grpo' (got 'ppo')",
+        ),
+    ],
+)
+def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, no_model_load, args, expected):
+    from societas.marl.cli import app
+
+    r = CliRunner().invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), *args])
+    assert _one_error_line(r) == expected
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_refuses_vllm_serving_without_vllm_before_loading(tmp_path, no_model_load, monkeypatch):
+    import importlib.util
+
+    from societas.marl.cli import app
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    r = CliRunner().invoke(
+        app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--serve", "vllm:embedded"]
+    )
+    assert _one_error_line(r) == "error: --serve 'vllm:embedded': vLLM is not installed (pip install vllm)"
+
+
+def test_cli_checks_every_run_directory_before_the_first_run(tmp_path, no_model_load):
+    from societas.marl.cli import app
+
+    runner = CliRunner()
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(a_file)])
+    assert _one_error_line(r) == f"error: --out {a_file}: not a directory"
+
+    out = tmp_path / "runs"
+    (out / "seed_1").mkdir(parents=True)
+    (out / "seed_1" / "metrics.jsonl").write_text("{}\n")
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(out), "--seeds", "0", "--seeds", "1"])
+    assert _one_error_line(r) == (
+        f"error: --out {out}: {out / 'seed_1'} is not empty: pass --resume to continue it, or choose another --out"
+    )
+    # --resume with a run directory that holds no checkpoint: nothing to continue from
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(out), "--seeds", "1", "--resume"])
+    latest = out / "seed_1" / "checkpoint" / "LATEST"
+    assert _one_error_line(r) == (
+        f"error: --resume: {out / 'seed_1'} has no checkpoint to continue from ({latest} is missing)"
+    )
+    latest.parent.mkdir()
+    latest.write_text("step-000003-abc\n")
+    r = runner.invoke(app, ["train", "selfplay", "--out", str(out), "--seeds", "1", "--resume"])
+    assert _one_error_line(r) == (
+        f"error: --resume: {latest} names checkpoint 'step-000003-abc', which is missing or incomplete"
+    )
+
+
+def test_cli_takes_the_seed_of_the_config_when_no_seeds_are_given(tmp_path, monkeypatch):
+    from societas.marl.cli import app
+    from societas.marl.llm import cli as llm_cli
+
+    seen = []
+
+    def fake_train(recipe, cfg, out, **kwargs):
+        seen.append((cfg.seed, cfg.grpo.seed, out.name))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(llm_cli, "train", fake_train)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("train:\n  seed: 7\n")
+    r = CliRunner().invoke(app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--config", str(cfg)])
+    assert _one_error_line(r) == "error: stop here" and seen == [(7, 7, "seed_7")]
+    r = CliRunner().invoke(
+        app, ["train", "selfplay", "--out", str(tmp_path / "x"), "--config", str(cfg), "--seeds", "2"]
+    )
+    assert seen[-1] == (2, 2, "seed_2")  # the command line wins
 
 
 # -- recipe settings --------------------------------------------------------------------------------
