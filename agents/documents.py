@@ -67,6 +67,10 @@ class DocumentNotFoundError(DocumentError, FileNotFoundError):
         return f"{self.source}: {self.message}" if self.source else self.message
 
 
+class _ValueProblem(yaml.constructor.ConstructorError):
+    """A value the safe constructor cannot convert (reported as a "YAML value error")."""
+
+
 class _UniqueKeySafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that rejects a mapping holding the same key twice.
 
@@ -106,9 +110,7 @@ class _UniqueKeySafeLoader(yaml.SafeLoader):
         except (yaml.YAMLError, RecursionError):
             raise
         except (ValueError, TypeError, OverflowError, IndexError, KeyError, AttributeError) as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, _value_problem(node, exc), node.start_mark
-            ) from None
+            raise _ValueProblem(None, None, _value_problem(node, exc), node.start_mark) from None
 
 
 def _value_problem(node: yaml.Node, exc: Exception) -> str:
@@ -209,7 +211,8 @@ def load_yaml(
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise DocumentError(source, f"YAML syntax error{where}: {problem}") from None
+        kind = "value" if isinstance(exc, _ValueProblem) else "syntax"
+        raise DocumentError(source, f"YAML {kind} error{where}: {problem}") from None
     except yaml.reader.ReaderError as exc:
         # A character YAML does not allow (control characters, U+0080..U+009F, ...).
         line = text.count("\n", 0, exc.position) + 1
@@ -261,14 +264,16 @@ def read_text(path: str | os.PathLike[str], *, max_chars: int = MAX_DOCUMENT_CHA
 
     A missing file is a :class:`DocumentNotFoundError` (also a
     ``FileNotFoundError``). The file is read at most ``max_chars`` * 4 bytes
-    far, so a huge file is refused without reading it whole.
+    far, so a huge file is refused without reading it whole. A name holding a
+    line break or another unprintable character is shown quoted, with escapes;
+    a ``path`` that is not a file name (``None``, a number) is a ``TypeError``.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"a file name must be str or os.PathLike, got {type(path).__name__}")
     p = Path(path)
-    name = str(p)
-    if "\0" in name:
-        raise DocumentError(repr(name), "cannot read it: a file name cannot hold a NUL character")
+    name = _file_label(p)
+    if "\0" in str(p):
+        raise DocumentError(name, "cannot read it: a file name cannot hold a NUL character")
     try:
         with p.open("rb") as handle:
             raw = handle.read(max_chars * 4 + 1)
@@ -285,9 +290,16 @@ def read_text(path: str | os.PathLike[str], *, max_chars: int = MAX_DOCUMENT_CHA
 
 def load_yaml_file(path: str | os.PathLike[str], **limits: int) -> Any:
     """The YAML document in the file at ``path`` (see :func:`load_yaml`), errors naming the file."""
-    return load_yaml(read_text(path), source=str(path), **limits)
+    return load_yaml(read_text(path), source=_file_label(Path(path)), **limits)
 
 
 def load_json_file(path: str | os.PathLike[str], **limits: int) -> Any:
     """The JSON document in the file at ``path`` (see :func:`load_json`), errors naming the file."""
-    return load_json(read_text(path), source=str(path), **limits)
+    return load_json(read_text(path), source=_file_label(Path(path)), **limits)
+
+
+def _file_label(path: Path) -> str:
+    """The file name as messages show it: as it is, or quoted with escapes if it holds a line break
+    or another character that does not print (so that a message stays one line)."""
+    name = str(path)
+    return name if name.isprintable() else repr(name)

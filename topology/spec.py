@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +83,19 @@ TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs")
 """The placeholders a node's user-prompt template may use."""
 
 _SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _file_path(path: Any, method: str) -> Path:
+    """``path`` as a :class:`Path`; anything that is not a file name is a ``TypeError`` naming ``method``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{method} takes a file name (str or os.PathLike), got {type(path).__name__}")
+    return Path(path)
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
 
 _FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 
@@ -284,7 +297,7 @@ class GraphSpec(BaseModel):
     @classmethod
     def from_yaml_file(cls, path: str | os.PathLike[str]) -> GraphSpec:
         """Read a spec from a YAML file; :class:`FileNotFoundError` naming it if there is none."""
-        p = Path(path)
+        p = _file_path(path, "from_yaml_file")
         return cls._from_text(read_text_file(p), load_yaml_bounded, "YAML", "from_yaml_file", source=str(p))
 
     @classmethod
@@ -295,7 +308,7 @@ class GraphSpec(BaseModel):
     @classmethod
     def from_json_file(cls, path: str | os.PathLike[str]) -> GraphSpec:
         """Read a spec from a JSON file; :class:`FileNotFoundError` naming it if there is none."""
-        p = Path(path)
+        p = _file_path(path, "from_json_file")
         return cls._from_text(read_text_file(p), load_json_bounded, "JSON", "from_json_file", source=str(p))
 
     @classmethod
@@ -326,7 +339,7 @@ class GraphSpec(BaseModel):
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> GraphSpec:
         """Read a ``.yaml``/``.yml`` or ``.json`` file (chosen by suffix)."""
-        p = Path(path)
+        p = _file_path(path, "from_file")
         suffix = p.suffix.lower()
         if suffix == ".json":
             return cls.from_json_file(p)
@@ -384,7 +397,16 @@ class GraphSpec(BaseModel):
 
     @staticmethod
     def edges_from(items: Iterable[Any]) -> list[EdgeSpec]:
-        """Edges from ``(a, b)``, ``(a, b, label)``, ``"a -> b"``, dicts or EdgeSpec objects."""
+        """Edges from ``(a, b)``, ``(a, b, label)``, ``"a -> b"``, dicts or EdgeSpec objects.
+
+        ``items`` is a list (any iterable) of them; a single string or mapping,
+        or something not iterable, is a ``TypeError`` rather than being taken
+        apart character by character or key by key.
+        """
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise TypeError(
+                f"edges must be a list of edges such as ['a -> b'], got {type(items).__name__} {_short(items)}"
+            )
         out: list[EdgeSpec] = []
         for i, item in enumerate(items):
             if isinstance(item, EdgeSpec):

@@ -37,8 +37,10 @@ from typing import Any
 import torch
 import yaml
 from mpe2 import simple_speaker_listener_v4
+from pydantic import ValidationError
 
 from societas.marl.progress import progress_bar
+from societas.topology.errors import spec_error_from_validation
 
 from .envs import ENVS, PettingZooBatchedEnv, make_env
 from .mappo import ALGOS, MAPPO, MAPPOConfig
@@ -346,7 +348,11 @@ def run_cli_training(
     )
     if num_envs is not None:
         fields["num_envs"] = num_envs
-    cfg = MAPPOConfig.model_validate(fields)
+    try:
+        cfg = MAPPOConfig.model_validate(fields)
+    except ValidationError as exc:
+        # One line naming the field and what is wrong, like every other settings error.
+        raise spec_error_from_validation(exc, MAPPOConfig) from None
     return train_comm(cfg, out, progress=progress, eval_episodes=eval_episodes)
 
 

@@ -393,7 +393,15 @@ def psro(
     console = _console()
     tree, load_s = _load(game, device, console)
     try:
-        res = run_psro(tree, iterations, train_solver=train, eval_solver=eval_solver, seed=seed)
+        with progress_bar(console=console, field="expl") as prog:
+            task = prog.add_task(_short(f"psro {train} on {tree.game}"), total=iterations, expl="")
+
+            def advance(k: int, exploitability: float) -> None:
+                prog.update(task, completed=k, expl=f"exploitability {exploitability:.4g}")
+
+            res = run_psro(
+                tree, iterations, train_solver=train, eval_solver=eval_solver, seed=seed, on_iteration=advance
+            )
     except ValueError as exc:
         _fail(str(exc))
     except MemoryError:

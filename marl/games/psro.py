@@ -49,7 +49,7 @@ actions.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -424,8 +424,12 @@ def run_psro(
     train_kwargs: dict | None = None,
     eval_kwargs: dict | None = None,
     verbose: bool = False,
+    on_iteration: Callable[[int, float], None] | None = None,
 ) -> PSROResult:
     """Run ``iterations`` PSRO iterations on ``game``.
+
+    ``on_iteration(k, exploitability)`` is called after iteration ``k`` (for
+    progress displays).
 
     ``train_solver`` picks the meta-strategy the best responses answer;
     ``eval_solver`` (default: the training solver) the one whose
@@ -514,6 +518,8 @@ def run_psro(
         ncs.append(nc)
         metas.append(ms)
         it_times.append(time.perf_counter() - t_it)
+        if on_iteration is not None:
+            on_iteration(k, ex)
         if verbose:
             print(
                 f"[psro {tree.game} {train_name}/{eval_name}] it {k}: "

@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from ..cli_common import check_progress_env
 from .train import RoutingConfigError, RoutingTrainConfig, train_routing
 
 __all__ = ["app", "routing_command"]
@@ -61,6 +62,8 @@ def routing_command(
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    if not quiet:
+        check_progress_env()
     try:
         data: dict[str, Any] = RoutingTrainConfig.from_yaml(config).model_dump() if config is not None else {}
     except RoutingConfigError as exc:

@@ -128,3 +128,21 @@ def test_solve_without_a_terminal_writes_plain_progress_lines():
     assert len(done) >= 2, lines  # several lines during the run, not one bar at the end
     assert done == sorted(done) and done[-1] == 300, lines  # the last line is the final state
     assert not [ln for ln in lines if not pattern.match(ln)], lines  # nothing but progress lines
+
+
+def test_psro_without_a_terminal_writes_plain_progress_lines():
+    env = {**os.environ, "SOCIETAS_PROGRESS_EVERY_S": "0.01"}
+    r = subprocess.run(
+        [sys.executable, "-m", "societas.marl.games", "psro", "--game", "kuhn_poker", "--iterations", "6"]
+        + ["--device", "cpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    pattern = re.compile(r"^psro uniform on kuhn_poker: (\d)/6, latest exploitability [0-9.e-]+ \(\d+:\d\d\)$")
+    done = [int(m.group(1)) for m in map(pattern.match, r.stderr.splitlines()) if m]
+    assert done and done == sorted(done) and done[-1] == 6, r.stderr
