@@ -143,6 +143,8 @@ def test_psro_without_a_terminal_writes_plain_progress_lines():
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    pattern = re.compile(r"^psro uniform on kuhn_poker: (\d)/6, latest exploitability [0-9.e-]+ \(\d+:\d\d\)$")
+    pattern = re.compile(
+        r"^psro uniform on kuhn_poker: (\d)/6, latest exploitability [0-9.e-]+ \(\d+:\d\d\)$"
+    )
     done = [int(m.group(1)) for m in map(pattern.match, r.stderr.splitlines()) if m]
     assert done and done == sorted(done) and done[-1] == 6, r.stderr
