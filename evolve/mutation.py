@@ -215,6 +215,9 @@ def validate_child(parent: str, child: str, max_code_length: int) -> None:
         ast.parse(child)
     except SyntaxError as exc:
         raise MutationError(f"the child does not parse: {exc.msg} (line {exc.lineno})") from None
+    except (MemoryError, RecursionError):
+        # Python's parser gives up on absurdly nested expressions (an LLM can write one).
+        raise MutationError("the child is nested too deeply for Python's parser") from None
     if not frozen_parts_equal(parent, child):
         raise MutationError("the child changes code outside the evolve blocks")
 
@@ -329,6 +332,8 @@ class _Source:
             self.tree = ast.parse(code)
         except SyntaxError as exc:
             raise MutationError(f"the parent does not parse: {exc.msg} (line {exc.lineno})") from None
+        except (MemoryError, RecursionError):
+            raise MutationError("the parent is nested too deeply for Python's parser") from None
 
     def offset(self, line: int, col: int) -> int:
         text = self.lines[line - 1].encode("utf-8")[:col].decode("utf-8", errors="replace")
