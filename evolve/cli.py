@@ -8,17 +8,30 @@ writes the report. ``report RUN_DIR`` writes ``summary.md`` and
 baselines on its held-out set first when the task has one (RUN_DIR may also
 be the ``--out`` directory of ``run``: its newest run is meant). With
 ``--json`` the last line of standard output is one JSON object. Exit status 2
-means bad input (configuration, task, options), 1 a run that failed.
+means bad input (configuration, task, options) or a sandbox that cannot run
+here, 1 a run that failed; either way the reason is one line.
+
+Without a terminal on standard error (a scheduler's job, output piped to a
+file) the progress bars are replaced by plain progress lines every
+``SOCIETAS_PROGRESS_EVERY_S`` seconds. ``--sandbox`` picks the sandbox backend
+of the evaluations (default ``auto``, or the config's ``evaluator.sandbox``);
+it is checked with a trivial run before anything starts. ``rlimit`` runs the
+candidates unconfined: that is asked for by name, recorded in the run, and
+said first on standard error and in the report. A run directory has one
+writer: ``--resume`` of a directory another process works on is refused,
+naming that process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 import torch
 import typer
@@ -32,14 +45,25 @@ from rich.progress import (
 )
 
 from societas.agents.llm import UnknownLLM
+from societas.agents.progress import ProgressLines, progress_every_s, stderr_is_terminal
+from societas.agents.sandbox import SandboxError
 
-from .config import ConfigError, load_config, parse_config
-from .controller import Controller, RunError, new_run_dir
-from .evaluator import TaskError
-from .executors import ExecutorError, make_executor
+from .config import (
+    MAX_ITERATIONS,
+    MAX_RANDOM_SEED,
+    MAX_WORKERS,
+    SANDBOX_BACKENDS,
+    ConfigError,
+    SandboxBackend,
+    load_config,
+    parse_config,
+)
+from .controller import Controller, RunError, RunLock, load_run, new_run_dir
+from .evaluator import TaskError, probe_sandbox
+from .executors import Executor, ExecutorError, make_executor
 from .mutation import LLMEnsemble
-from .report import write_report
-from .task import load_task
+from .report import UNCONFINED_WARNING, write_report
+from .task import Task, load_task
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code."
@@ -56,11 +80,16 @@ def _share_cpus_with_evaluations(workers: int) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
 
 
-def _held_out_progress(as_json: bool):
-    """A rich progress bar for the held-out evaluation, started on its first result."""
-    state: dict = {}
+def _held_out_progress() -> tuple[Callable[[Any, int, int], None], Callable[[], None]]:
+    """Progress of the held-out evaluation, started on its first result: a rich bar on a terminal, else lines."""
+    state: dict[str, Any] = {}
 
-    def update(entry, done: int, total: int) -> None:
+    def update(entry: Any, done: int, total: int) -> None:
+        if not stderr_is_terminal():
+            if "lines" not in state:
+                state["lines"] = ProgressLines("held-out")
+            state["lines"].update(done, total, last=entry.label)
+            return
         if "progress" not in state:
             progress = Progress(
                 TextColumn("[bold]held-out"),
@@ -79,15 +108,119 @@ def _held_out_progress(as_json: bool):
     def close() -> None:
         if "progress" in state:
             state["progress"].stop()
+        if "lines" in state:
+            state["lines"].finish()
 
     return update, close
 
 
 def _fail(message: str, code: int, as_json: bool) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    message = " ".join(message.split())  # one line, whatever the exception's text holds
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps({"error": message}))
     raise typer.Exit(code)
+
+
+RUN_UNCONFINED_WARNING = (
+    "candidates run unconfined (no sandbox isolation): the rlimit sandbox backend limits resources "
+    "only, so the programs can reach the network and your files"
+)
+
+
+def _warn_unconfined(message: str = UNCONFINED_WARNING) -> None:
+    err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+def _check_range(option: str, value: int | None, low: int, high: int, as_json: bool) -> None:
+    if value is not None and not low <= value <= high:
+        _fail(f"{option} must be between {low} and {high}, got {value}", 2, as_json)
+
+
+def _check_run_options(
+    iterations: int | None,
+    workers: int | None,
+    seed: int | None,
+    executor: str,
+    sandbox: str | None,
+    log_level: str,
+    as_json: bool,
+) -> None:
+    """Refuse a bad option value with one line (exit 2) before anything is read or started."""
+    _check_range("--iterations", iterations, 0, MAX_ITERATIONS, as_json)
+    _check_range("--workers", workers, 1, MAX_WORKERS, as_json)
+    _check_range("--seed", seed, -MAX_RANDOM_SEED, MAX_RANDOM_SEED, as_json)
+    if executor not in ("process", "ray"):
+        _fail(f"--executor must be 'process' or 'ray', got {executor!r}", 2, as_json)
+    if sandbox is not None and sandbox not in SANDBOX_BACKENDS:
+        _fail(f"--sandbox must be one of {', '.join(SANDBOX_BACKENDS)}, got {sandbox!r}", 2, as_json)
+    if log_level.upper() not in logging.getLevelNamesMapping():
+        _fail(f"--log-level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {log_level!r}", 2, as_json)
+    _check_progress_env(as_json)
+
+
+def _check_progress_env(as_json: bool) -> None:
+    if not stderr_is_terminal():
+        try:
+            progress_every_s()
+        except ValueError as exc:
+            _fail(str(exc), 2, as_json)
+
+
+class _RunProgress:
+    """The run's progress: a rich bar when standard error is a terminal, else a plain line every few seconds."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.done = 0
+        self.bar: Progress | None = None
+        self.lines: ProgressLines | None = None
+        if stderr_is_terminal():
+            self.bar = Progress(
+                TextColumn("[bold]evolve"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(
+                    "best {task.fields[best]}  {task.fields[rate]} evals/min  {task.fields[failed]} failed"
+                ),
+                TimeElapsedColumn(),
+                console=err,
+                transient=False,
+            )
+            self.task_id = self.bar.add_task("evolve", total=None, best="-", rate="0.0", failed=0)
+        else:
+            self.lines = ProgressLines("evolve")
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.done += 1
+        minutes = max((time.monotonic() - self.started) / 60.0, 1e-9)
+        best = "-" if event["best_score"] is None else f"{event['best_score']:.6g}"
+        rate = f"{self.done / minutes:.1f}"
+        if self.bar is not None:
+            self.bar.update(
+                self.task_id,
+                total=event["total"],
+                completed=event["completed"],
+                best=best,
+                rate=rate,
+                failed=event["failed"],
+            )
+        elif self.lines is not None:
+            self.lines.update(
+                event["completed"],
+                event["total"],
+                **{"best": best, "evals/min": rate, "failed": event["failed"]},
+            )
+
+    @contextlib.contextmanager
+    def shown(self):
+        if self.bar is not None:
+            with self.bar:
+                yield
+        else:
+            yield
+            if self.lines is not None:
+                self.lines.finish()
 
 
 @app.command()
@@ -96,8 +229,10 @@ def run(
     config: Path | None = typer.Option(
         None, "--config", help="YAML config (default: the task's config.yaml)"
     ),
-    iterations: int | None = typer.Option(None, "--iterations", min=0, help="max_iterations"),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="parallel evaluations"),
+    iterations: int | None = typer.Option(
+        None, "--iterations", help=f"max_iterations (0 to {MAX_ITERATIONS})"
+    ),
+    workers: int | None = typer.Option(None, "--workers", help=f"parallel evaluations (1 to {MAX_WORKERS})"),
     executor: str = typer.Option("process", "--executor", help="process or ray"),
     llm: list[str] | None = typer.Option(
         None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"
@@ -109,24 +244,38 @@ def run(
     held_out: bool = typer.Option(
         True, "--held-out/--no-held-out", help="score the report on the task's held-out set"
     ),
+    sandbox: str | None = typer.Option(
+        None,
+        "--sandbox",
+        help="sandbox backend of the evaluations: auto (bubblewrap; the default unless the config's "
+        "evaluator.sandbox says otherwise), bwrap, or rlimit (candidates run UNCONFINED: resource limits "
+        "only, no isolation from the network or your files)",
+    ),
     log_level: str = typer.Option("WARNING", "--log-level"),
 ) -> None:
     """Evolve TASK (or resume a run) and print the best score."""
+    _check_run_options(iterations, workers, seed, executor, sandbox, log_level, as_json)
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if executor not in ("process", "ray"):
-        _fail(f"--executor must be 'process' or 'ray', got {executor!r}", 2, as_json)
+    backend_option = cast(SandboxBackend | None, sandbox)
+    lock: RunLock | None = None
+    the_task: Task | None = None
+    pool: Executor | None = None
     try:
         if resume is not None:
-            stored = parse_config(
-                __import__("yaml").safe_load((resume / "config.yaml").read_text()), source=str(resume)
-            )
-            if seed is not None and seed != stored.random_seed:
+            if task is not None or config is not None:
                 _fail(
-                    f"--seed {seed} differs from the run's seed {stored.random_seed}; a resumed run keeps its seed",
+                    "--resume continues a run with its own task and config: give no TASK or --config",
                     2,
                     as_json,
                 )
-            cfg = stored
+            _, cfg = load_run(resume)
+            lock = RunLock(resume)  # refuse at once when another process works on the run
+            if seed is not None and seed != cfg.random_seed:
+                _fail(
+                    f"--seed {seed} differs from the run's seed {cfg.random_seed}; a resumed run keeps its seed",
+                    2,
+                    as_json,
+                )
         else:
             if task is None:
                 _fail("give a TASK directory, or --resume RUN_DIR", 2, as_json)
@@ -137,6 +286,18 @@ def run(
                 cfg.max_iterations = iterations
             if seed is not None:
                 cfg.random_seed = seed
+        if backend_option is not None:
+            cfg.evaluator.sandbox = backend_option
+        progress = _RunProgress()
+        try:
+            backend = probe_sandbox(cfg.evaluator)
+        except SandboxError as exc:
+            # The error says how to fix it; name the option when it does not.
+            hint = "" if "rlimit" in str(exc) else " (unconfined evaluations: --sandbox rlimit)"
+            _fail(f"the sandbox cannot run the evaluations: {exc}{hint}", 2, as_json)
+        unconfined = backend == "rlimit" or cfg.evaluator.sandbox == "rlimit"
+        if unconfined:  # before anything of the run is shown
+            _warn_unconfined(RUN_UNCONFINED_WARNING)
         if llm:
             uris = [(uri, 1.0) for uri in llm]
         else:
@@ -145,59 +306,50 @@ def run(
         n_workers = workers or cfg.evaluator.parallel_evaluations
         _share_cpus_with_evaluations(n_workers)
         pool = make_executor(executor, n_workers)
-    except (ConfigError, TaskError, ExecutorError, UnknownLLM, ValueError, OSError) as exc:
-        _fail(str(exc), 2, as_json)
-
-    stats = {"started": time.monotonic(), "done": 0}
-    progress = Progress(
-        TextColumn("[bold]evolve"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}  {task.fields[rate]} evals/min  {task.fields[failed]} failed"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-    bar = progress.add_task("evolve", total=None, best="-", rate="0.0", failed=0)
-
-    def on_progress(event: dict) -> None:
-        stats["done"] += 1
-        minutes = max((time.monotonic() - stats["started"]) / 60.0, 1e-9)
-        best = event["best_score"]
-        progress.update(
-            bar,
-            total=event["total"],
-            completed=event["completed"],
-            best="-" if best is None else f"{best:.6g}",
-            rate=f"{stats['done'] / minutes:.1f}",
-            failed=event["failed"],
-        )
-
-    try:
         if resume is not None:
             controller = Controller.resume(
-                resume, max_iterations=iterations, llms=ensemble, executor=pool, on_progress=on_progress
+                resume,
+                max_iterations=iterations,
+                sandbox=backend_option,
+                lock=lock,
+                llms=ensemble,
+                executor=pool,
+                on_progress=progress,
             )
         else:
+            assert the_task is not None
             controller = Controller(
                 the_task,
                 cfg,
                 new_run_dir(out, the_task.name, cfg.random_seed),
                 llms=ensemble,
                 executor=pool,
-                on_progress=on_progress,
+                on_progress=progress,
             )
-    except (ConfigError, TaskError, RunError, ValueError) as exc:
-        pool.close()
+    except (
+        ConfigError,
+        TaskError,
+        ExecutorError,
+        UnknownLLM,
+        RunError,
+        SandboxError,
+        ValueError,
+        OSError,
+    ) as exc:
+        _release(lock, pool)
         _fail(str(exc), 2, as_json)
+    except BaseException:
+        _release(lock, pool)
+        raise
+    controller.note_sandbox(backend)
     try:
-        with progress:
+        with progress.shown():
             result = controller.run()
     except RunError as exc:
         controller.close()
         _fail(str(exc), 1, as_json)
     controller.close()
-    update, close = _held_out_progress(as_json)
+    update, close = _held_out_progress()
     try:
         figures = write_report(result.run_dir, held_out=held_out, workers=n_workers, on_held_out=update)
     except Exception as exc:  # the run itself is committed; say why the report is missing
@@ -208,22 +360,34 @@ def run(
             as_json,
         )
     close()
-    payload = {
+    unconfined = unconfined or result.unconfined or figures["unconfined"]
+    payload: dict[str, Any] = {
         "best_score": result.best_score,
         "seed_score": result.seed_score,
         "evaluated": result.evaluated,
         "failed": result.failed,
         "run_dir": result.run_dir,
+        "sandbox": backend,
+        "unconfined": unconfined,
     }
     if "held_out" in figures:
         payload["held_out"] = figures["held_out"]
     if as_json:
         print(json.dumps(payload))
     else:
+        if unconfined:
+            print(f"WARNING: {UNCONFINED_WARNING}")
         print(
             f"best score {result.best_score} (seed {result.seed_score}); {result.evaluated} evaluated, "
             f"{result.failed} failed; run directory {result.run_dir}"
         )
+
+
+def _release(lock: RunLock | None, pool: Executor | None) -> None:
+    if pool is not None:
+        pool.close()
+    if lock is not None:
+        lock.release()
 
 
 @app.command()
@@ -232,17 +396,30 @@ def report(
         ..., help="a run directory made by `python -m societas.evolve run` (or its --out directory)"
     ),
     held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="score on the task's held-out set"),
-    workers: int | None = typer.Option(None, "--workers", min=1, help="parallel held-out evaluations"),
+    workers: int | None = typer.Option(
+        None, "--workers", help=f"parallel held-out evaluations (1 to {MAX_WORKERS})"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Write summary.md (best program's diff, held-out table, fitness plot, per-island statistics)."""
-    update, close = _held_out_progress(as_json)
+    _check_range("--workers", workers, 1, MAX_WORKERS, as_json)
+    _check_progress_env(as_json)
+    update, close = _held_out_progress()
     try:
         figures = write_report(run_dir, held_out=held_out, workers=workers, on_held_out=update)
+    except SandboxError as exc:
+        close()
+        _fail(
+            f"the sandbox cannot run the held-out evaluation: {exc}; or report without it: --no-held-out",
+            2,
+            as_json,
+        )
     except (FileNotFoundError, ConfigError, OSError, ValueError) as exc:
         close()
         _fail(str(exc), 2, as_json)
     close()
+    if figures["unconfined"]:
+        _warn_unconfined()
     if as_json:
         print(json.dumps(figures))
     else:

@@ -10,11 +10,15 @@ INFO log; any other unknown key is an error naming its path, so a typo like
 ``database.num_island`` never passes silently. Our own additions are the
 ``mutation`` section (the mix of LLM diffs and AST operators), ``batch_size``,
 ``evaluator.task_settings`` (per-run parameters handed to the task's
-evaluator) and the ``held_out`` section (what the report scores on the task's
+evaluator), ``evaluator.sandbox`` (the sandbox backend of the evaluations;
+``rlimit`` runs candidates unconfined and must be asked for by name) and the
+``held_out`` section (what the report scores on the task's
 held-out set).
 
 :func:`load_config` reads a YAML file into an :class:`EvolveConfig`; a bad
-file raises :class:`ConfigError` whose message names the offending field.
+file raises :class:`ConfigError` whose message names the file and the
+offending field. Numbers have upper bounds that only stop absurd values
+(:data:`MAX_ITERATIONS`, :data:`MAX_WORKERS`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,8 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,10 +37,17 @@ from pydantic import (
     model_validator,
 )
 
+from societas.agents.documents import DocumentError, load_yaml_file
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "IGNORED_OPENEVOLVE_KEYS",
+    "MAX_ITERATIONS",
+    "MAX_RANDOM_SEED",
+    "MAX_WORKERS",
+    "SANDBOX_BACKENDS",
+    "SandboxBackend",
     "ConfigError",
     "DatabaseConfig",
     "EvaluatorConfig",
@@ -52,6 +62,14 @@ __all__ = [
 ]
 
 MUTATION_KINDS = ("llm", "constant", "operator", "function", "crossover")
+
+# Upper bounds that only stop absurd values (a typo such as 10**23 iterations).
+MAX_ITERATIONS = 10_000_000
+MAX_WORKERS = 1024
+MAX_RANDOM_SEED = 2**63 - 1
+
+SandboxBackend = Literal["auto", "bwrap", "rlimit"]
+SANDBOX_BACKENDS: tuple[str, ...] = ("auto", "bwrap", "rlimit")
 
 DEFAULT_SYSTEM_MESSAGE = (
     "You are an expert programmer improving a program through evolution. "
@@ -261,7 +279,14 @@ class EvaluatorConfig(_Section):
     max_processes: int = Field(64, ge=1)
     cascade_evaluation: bool = True
     cascade_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.75, 0.9])
-    parallel_evaluations: int = Field(4, ge=1, description="default batch size and worker count")
+    parallel_evaluations: int = Field(
+        4, ge=1, le=MAX_WORKERS, description="default batch size and worker count"
+    )
+    sandbox: SandboxBackend = Field(
+        "auto",
+        description="the sandbox backend of every evaluation: auto (bubblewrap; see "
+        "societas.agents.sandbox), bwrap, or rlimit (resource limits only: candidates run unconfined)",
+    )
     task_settings: dict[str, Any] = Field(
         default_factory=dict,
         description="JSON values written as task_settings.json next to program.py in every evaluation's "
@@ -273,6 +298,8 @@ class EvaluatorConfig(_Section):
     def _json_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
         try:
             json.dumps(value, allow_nan=False)
+        except RecursionError:
+            raise ValueError("task_settings is nested too deeply") from None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"task_settings must hold plain JSON values: {exc}") from None
         return value
@@ -332,11 +359,12 @@ class HeldOutConfig(_Section):
 
 
 class EvolveConfig(_Section):
-    max_iterations: int = Field(100, ge=0)
-    random_seed: int = 42
+    max_iterations: int = Field(100, ge=0, le=MAX_ITERATIONS)
+    random_seed: int = Field(42, ge=-MAX_RANDOM_SEED, le=MAX_RANDOM_SEED)
     batch_size: int | None = Field(
         None,
         ge=1,
+        le=MAX_ITERATIONS,
         description="candidates made from one database snapshot; default evaluator.parallel_evaluations",
     )
     diff_based_evolution: bool = True
@@ -386,19 +414,26 @@ def parse_config(data: dict[str, Any] | None, *, source: str = "config") -> Evol
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            path = (
+                ".".join(repr(p) if not str(p).isprintable() else str(p) for p in error["loc"])
+                or "(top level)"
+            )
             message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+            message = " ".join(message.removeprefix("Value error, ").split())
             problems.append(f"{path}: {message}")
         raise ConfigError(f"{source}: invalid configuration: " + "; ".join(problems)) from None
 
 
 def load_config(path: str | Path) -> EvolveConfig:
-    """Read a YAML config file; raises :class:`ConfigError` naming the bad field or the YAML error."""
+    """Read a YAML config file; raises :class:`ConfigError` naming the file and the bad field or YAML error.
+
+    The file goes through :func:`societas.agents.documents.load_yaml_file`, so
+    text that is not UTF-8, a YAML syntax error and an alias bomb are refused
+    with a message naming the file.
+    """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        data = load_yaml_file(path)
+    except DocumentError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(data, source=str(path))

@@ -23,23 +23,36 @@ replays the stored programs of every complete batch, then redoes the
 interrupted batch, skipping (never re-evaluating) its committed iterations.
 
 Run directory: ``config.yaml`` (resolved), ``run.json`` (task, seed),
-``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py`` and,
-from :mod:`societas.evolve.report`, ``summary.md`` and ``plots/``.
+``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py``,
+``run.lock`` and, from :mod:`societas.evolve.report`, ``summary.md`` and
+``plots/``.
+
+A run directory has one writer: while a :class:`Controller` works on it, it
+holds an advisory ``flock`` on ``run.lock`` (which holds its PID), and a
+second controller on the same directory (another ``--resume``) is refused
+with a :class:`RunLockedError` naming that PID. The lock goes with the
+process, however it ends. The store's metadata records the sandbox backends
+the evaluations ran on (``sandbox_backends``); ``rlimit`` there means that
+candidates ran unconfined, which the report and the command line say first.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
-from .config import EvolveConfig, parse_config
+from societas.agents.documents import DocumentError, load_json_file
+
+from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
 from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
 from .executors import Executor, ProcessExecutor
@@ -49,11 +62,105 @@ from .task import Task, load_task
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Controller", "RunError", "RunResult", "new_run_dir"]
+__all__ = [
+    "LOCK_FILE",
+    "Controller",
+    "RunError",
+    "RunLock",
+    "RunLockedError",
+    "RunResult",
+    "load_run",
+    "new_run_dir",
+]
+
+LOCK_FILE = "run.lock"
 
 
 class RunError(RuntimeError):
-    """A run that cannot start or continue (failed seed, mismatched resume)."""
+    """A run that cannot start or continue (failed seed, mismatched resume, not a run directory)."""
+
+
+class RunLockedError(RunError):
+    """Another process holds the run directory's lock."""
+
+    def __init__(self, run_dir: Path, pid: int | None) -> None:
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"{run_dir} is in use by {holder} (it holds {run_dir / LOCK_FILE}); "
+            "a run directory has one writer at a time: wait for that run to end or stop it"
+        )
+        self.pid = pid
+
+
+class RunLock:
+    """An exclusive advisory lock (``flock``) on ``RUN_DIR/run.lock``, which holds the owner's PID.
+
+    Taken without waiting: :class:`RunLockedError` names the holder's PID when
+    another process has it. The kernel drops the lock when the process ends,
+    even by SIGKILL, so a stale ``run.lock`` file never blocks a later run.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        handle: IO[str] = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip()
+            handle.close()
+            raise RunLockedError(self.run_dir, int(text) if text.isdigit() else None) from None
+        except BaseException:
+            handle.close()
+            raise
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle: IO[str] | None = handle
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+    def release(self) -> None:
+        """Give the lock up (the file stays; an unlocked ``run.lock`` means nothing)."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
+
+
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], EvolveConfig]:
+    """The ``run.json`` and the configuration of an existing run directory, checked for resuming.
+
+    Raises :class:`RunError` naming the directory or the missing file when
+    ``run_dir`` does not exist, is not a run directory or has lost its program
+    database (a run without its programs cannot be continued), and
+    :class:`societas.evolve.config.ConfigError` naming ``config.yaml`` when
+    that file is unreadable or invalid.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(
+            f"cannot resume {run_dir}: no such run directory"
+            if not run_dir.exists()
+            else f"cannot resume {run_dir}: it is not a directory"
+        )
+    try:
+        info = load_json_file(run_dir / "run.json")
+    except DocumentError as exc:
+        raise RunError(f"cannot resume {run_dir}: it is not a run directory ({exc})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("task"), str):
+        raise RunError(f"cannot resume {run_dir}: {run_dir / 'run.json'} does not name the run's task")
+    config = load_config(run_dir / "config.yaml")
+    if not (run_dir / "programs.db").is_file():
+        raise RunError(
+            f"cannot resume {run_dir}: its program database {run_dir / 'programs.db'} is missing; "
+            "start a new run instead"
+        )
+    return info, config
 
 
 @dataclass
@@ -66,19 +173,30 @@ class RunResult:
     iterations: int
     run_dir: str
     best_id: str | None
+    sandbox_backends: list[str]  # the sandbox backends the evaluations ran on ("rlimit": unconfined)
+
+    @property
+    def unconfined(self) -> bool:
+        """Whether candidates ran without sandbox isolation (the ``rlimit`` backend)."""
+        return "rlimit" in self.sandbox_backends
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def new_run_dir(out: str | Path, task_name: str, seed: int) -> Path:
+    """Create and return a fresh run directory ``OUT/TASK-STAMP-sSEED[-N]`` (never one that exists)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(out) / f"{task_name}-{stamp}-s{seed}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
 
 
 class Controller:
@@ -93,18 +211,30 @@ class Controller:
         llms: LLMEnsemble | None = None,
         executor: Executor | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        lock: RunLock | None = None,
     ) -> None:
+        """Open (or create) ``run_dir`` and take its lock (``lock``: one already taken on it)."""
         self.task = task
         self.config = config
         self.run_dir = Path(run_dir)
         self.seed = config.random_seed
         self.mutator = Mutator(config, llms)
         self.evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
-        self.executor = executor or ProcessExecutor(config.evaluator.parallel_evaluations)
         self.on_progress = on_progress
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.store = ProgramStore(self.run_dir / "programs.db")
-        self._check_or_record_identity()
+        self.lock = lock if lock is not None else RunLock(self.run_dir)
+        try:
+            self.store = ProgramStore(self.run_dir / "programs.db")
+            try:
+                self._check_or_record_identity()
+            except BaseException:
+                self.store.close()
+                raise
+        except BaseException:
+            self.lock.release()
+            raise
+        self.executor = executor or ProcessExecutor(config.evaluator.parallel_evaluations)
+        self.sandbox_backends: set[str] = set(self.store.get_meta("sandbox_backends", None) or [])
         self.population = Population(config.database)
         self.counts = {"ok": 0, "failed": 0, "mutation_failed": 0}
         self.best_so_far: float | None = None
@@ -139,23 +269,52 @@ class Controller:
             )
 
     @classmethod
-    def resume(cls, run_dir: str | Path, *, max_iterations: int | None = None, **kwargs: Any) -> Controller:
-        """Reopen a run directory with its stored task and configuration."""
+    def resume(
+        cls,
+        run_dir: str | Path,
+        *,
+        max_iterations: int | None = None,
+        sandbox: SandboxBackend | None = None,
+        lock: RunLock | None = None,
+        **kwargs: Any,
+    ) -> Controller:
+        """Reopen a run directory with its stored task and configuration (see :func:`load_run`).
+
+        ``max_iterations`` and ``sandbox`` (the evaluations' sandbox backend)
+        replace the stored values and are written to its ``config.yaml``.
+        Raises :class:`RunLockedError` when another process works on the run
+        (``lock``: the run's lock, already taken by the caller; released on failure).
+        """
         run_dir = Path(run_dir)
         try:
-            info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-            data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RunError(
-                f"{run_dir} is not a run directory (run.json / config.yaml unreadable: {exc})"
-            ) from None
-        config = parse_config(data, source=str(run_dir / "config.yaml"))
-        if max_iterations is not None:
-            config.max_iterations = max_iterations
-            (run_dir / "config.yaml").write_text(
-                yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-            )
-        return cls(load_task(info["task"]), config, run_dir, **kwargs)
+            info, config = load_run(run_dir)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        lock = lock if lock is not None else RunLock(run_dir)
+        try:
+            changed = False
+            if max_iterations is not None and max_iterations != config.max_iterations:
+                config.max_iterations, changed = max_iterations, True
+            if sandbox is not None and sandbox != config.evaluator.sandbox:
+                config.evaluator.sandbox, changed = sandbox, True
+            if changed:
+                (run_dir / "config.yaml").write_text(
+                    yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+                )
+            return cls(load_task(info["task"]), config, run_dir, lock=lock, **kwargs)
+        except BaseException:
+            lock.release()
+            raise
+
+    def note_sandbox(self, backend: str | None) -> None:
+        """Record in the store that evaluations ran on the sandbox backend ``backend``."""
+        if backend is None or backend in self.sandbox_backends:
+            return
+        self.sandbox_backends.add(backend)
+        self.store.set_meta("sandbox_backends", sorted(self.sandbox_backends))
+        logger.info("run %s: evaluations run on the %s sandbox backend", self.run_dir, backend)
 
     # ------------------------------------------------------------------ loop
 
@@ -207,6 +366,7 @@ class Controller:
     def _evaluate_seed(self) -> Program:
         code = self.task.initial_program
         outcome = self._safe_evaluate(code)
+        self.note_sandbox(outcome.sandbox)
         program = self._program_from(code, 0, None, 0, 0, {"kind": "seed"}, outcome)
         self.store.add(program)
         return program
@@ -267,6 +427,7 @@ class Controller:
                 outcome = EvalOutcome(
                     "failed", artifacts={"failure": f"executor error: {type(outcome).__name__}: {outcome}"}
                 )
+            self.note_sandbox(outcome.sandbox)
             program = self._program_from(
                 result.code,
                 request.iteration,
@@ -370,8 +531,13 @@ class Controller:
             iterations=max((p.iteration for p in programs), default=0),
             run_dir=str(self.run_dir),
             best_id=best.id if best else None,
+            sandbox_backends=sorted(self.sandbox_backends),
         )
 
     def close(self) -> None:
-        self.executor.close()
-        self.store.close()
+        """Stop the executor, close the store and release the run directory's lock."""
+        try:
+            self.executor.close()
+            self.store.close()
+        finally:
+            self.lock.release()

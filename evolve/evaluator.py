@@ -2,11 +2,15 @@
 
 A task's ``evaluator.py`` (OpenEvolve's format) defines ``evaluate(program_path)
 -> dict`` and optionally ``evaluate_stage1/2/3``. Every stage runs in its own
-:class:`societas.agents.sandbox.Sandbox` process: bubblewrap where available (no
-network, read-only file system except the scratch directory, own PID
-namespace), a wall-clock timeout per stage, an address-space limit, a process
-limit and a clean environment. The candidate is written as ``program.py`` in
-the scratch directory; the evaluator is loaded from its own (read-only bound)
+:class:`societas.agents.sandbox.Sandbox` process: bubblewrap (no network,
+read-only file system except the scratch directory, own PID namespace), a
+wall-clock timeout per stage, an address-space limit, a process limit and a
+clean environment. ``evaluator.sandbox`` picks the backend (``auto``,
+``bwrap``, or ``rlimit``: resource limits only, candidates run unconfined,
+used only when asked for by name); each outcome records the backend that ran
+it, and :func:`probe_sandbox` checks before a run that the backend can run
+here. The candidate is written as ``program.py`` in the scratch directory;
+the evaluator is loaded from its own (read-only bound)
 path so it can find its data files.
 
 Cascade (AlphaEvolve's "evaluation cascade", Novikov et al. 2025; OpenEvolve's
@@ -47,9 +51,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from societas.agents.sandbox import Sandbox, SandboxError
+from societas.agents.sandbox import Sandbox, SandboxError, SandboxResult
 
-from .config import EvaluatorConfig
+from .config import EvaluatorConfig, SandboxBackend
 from .program import fitness_of
 
 logger = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ __all__ = [
     "EvalOutcome",
     "TaskError",
     "TaskEvaluator",
+    "probe_sandbox",
     "run_evaluation",
     "validate_metrics",
 ]
@@ -170,6 +175,7 @@ class EvalJob:
     max_processes: int
     pythonpath: tuple[str, ...]
     task_settings: str = ""  # JSON text, written as task_settings.json beside program.py when set
+    sandbox: SandboxBackend = "auto"  # the Sandbox backend: auto, bwrap or rlimit (named: unconfined)
 
 
 @dataclass
@@ -179,6 +185,7 @@ class EvalOutcome:
     artifacts: dict[str, str] = field(default_factory=dict)
     stages_run: int = 0
     seconds: float = 0.0
+    sandbox: str | None = None  # the backend that ran the last stage (SandboxResult.backend)
 
     @property
     def failure(self) -> str | None:
@@ -197,16 +204,48 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def _sandbox(
+    backend: SandboxBackend,
+    timeout_s: float,
+    memory_mb: int | None,
+    max_processes: int,
+    pythonpath: tuple[str, ...],
+) -> Sandbox:
+    return Sandbox(
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_processes=max_processes,
+        pythonpath=pythonpath,
+        ro_binds=LAYER_DIRS,
+        backend=backend,
+    )
+
+
+def probe_sandbox(config: EvaluatorConfig) -> str:
+    """Run a trivial program in the sandbox the evaluations will use; return the backend that ran it.
+
+    Raises :class:`societas.agents.sandbox.SandboxUnavailableError` (whose
+    message says how to fix it) when the configured backend cannot run here,
+    and :class:`SandboxError` when the sandbox starts but cannot run even a
+    trivial program, so a run can refuse to start instead of failing every
+    candidate. ``"rlimit"`` means candidates will run unconfined.
+    """
+    sandbox = _sandbox(config.sandbox, 60.0, config.memory_mb, config.max_processes, ())
+    result: SandboxResult = sandbox.run("pass\n")
+    if not result.ok:
+        detail = _last_line(result.stderr)
+        raise SandboxError(
+            f"the {result.backend} sandbox cannot run a trivial program: {result.describe()}"
+            + (f": {detail}" if detail else "")
+        )
+    return result.backend
+
+
 def run_evaluation(job: EvalJob) -> EvalOutcome:
     """Run the cascade for one candidate; never raises for anything the candidate does."""
     started = time.monotonic()
-    sandbox = Sandbox(
-        timeout_s=job.timeout_s,
-        memory_mb=job.memory_mb,
-        max_processes=job.max_processes,
-        pythonpath=job.pythonpath,
-        ro_binds=LAYER_DIRS,
-    )
+    sandbox = _sandbox(job.sandbox, job.timeout_s, job.memory_mb, job.max_processes, job.pythonpath)
+    backend: str | None = None
     files = {"program.py": job.code, **_OPENEVOLVE_SHIM}
     if job.task_settings:
         files[TASK_SETTINGS_FILE] = job.task_settings
@@ -218,7 +257,8 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
             result = sandbox.run(_HARNESS, files=files, args=[stage, job.evaluator_path], stdin=nonce + "\n")
         except SandboxError as exc:
             artifacts["failure"] = f"{stage}: the sandbox could not run the evaluation: {exc}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
+        backend = result.backend
         payload = None
         marker = _MARK + nonce + " "
         for line in result.stdout.splitlines():
@@ -240,12 +280,12 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
             else:
                 reason = f"{result.describe()}: {_last_line(result.stderr) or 'no result reported'}"
             artifacts["failure"] = f"{stage}: {reason}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
         try:
             stage_metrics = validate_metrics(payload.get("metrics"))
         except ValueError as exc:
             artifacts["failure"] = f"{stage}: invalid metrics: {exc}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started)
+            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
         metrics.update(stage_metrics)
         for key, value in (payload.get("artifacts") or {}).items():
             artifacts[key] = _tail(str(value))
@@ -255,8 +295,8 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
                 artifacts["cascade"] = (
                     f"stopped after {stage}: fitness {score} below threshold {job.thresholds[index]}"
                 )
-                return EvalOutcome("ok", metrics, artifacts, index + 1, time.monotonic() - started)
-    return EvalOutcome("ok", metrics, artifacts, len(job.stages), time.monotonic() - started)
+                return EvalOutcome("ok", metrics, artifacts, index + 1, time.monotonic() - started, backend)
+    return EvalOutcome("ok", metrics, artifacts, len(job.stages), time.monotonic() - started, backend)
 
 
 class TaskEvaluator:
@@ -305,6 +345,7 @@ class TaskEvaluator:
             task_settings=json.dumps(self.config.task_settings, sort_keys=True)
             if self.config.task_settings
             else "",
+            sandbox=self.config.sandbox,
         )
 
     def evaluate(self, code: str) -> EvalOutcome:

@@ -1,5 +1,7 @@
 """A run directory's report: ``summary.md`` and ``plots/fitness.png``.
 
+When candidates ran unconfined (the ``rlimit`` sandbox backend, chosen by
+name or recorded by the run's evaluations), the summary's first line says so.
 The summary gives the headline numbers (seed and best fitness, evaluations,
 failures), the best program as a unified diff against the seed, the seed and
 the best program metric by metric on the training set, and — when the task's
@@ -24,17 +26,24 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import yaml
 from matplotlib.figure import Figure
 
-from .config import parse_config
+from societas.agents.documents import DocumentError, load_json_file
+
+from .config import load_config
 from .database import Population, ProgramStore
+from .evaluator import probe_sandbox
 from .held_out import HeldOutEntry, evaluate_held_out, supports_held_out
 from .program import Program
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["plot_fitness", "resolve_run_dir", "write_report"]
+__all__ = ["UNCONFINED_WARNING", "plot_fitness", "resolve_run_dir", "write_report"]
+
+UNCONFINED_WARNING = (
+    "candidates ran unconfined (no sandbox isolation): the evaluations used the rlimit sandbox backend, "
+    "which limits resources only, so the programs could reach the network and the user's files"
+)
 
 
 def plot_fitness(programs: list[Program], path: Path) -> None:
@@ -87,8 +96,8 @@ def resolve_run_dir(path: str | Path) -> Path:
 
     def created(run: Path) -> tuple[float, str]:
         try:
-            return float(json.loads((run / "run.json").read_text(encoding="utf-8"))["created"]), run.name
-        except (OSError, ValueError, KeyError, TypeError):
+            return float(load_json_file(run / "run.json")["created"]), run.name
+        except (ValueError, KeyError, TypeError):
             return (run / "programs.db").stat().st_mtime, run.name
 
     return max(runs, key=created)
@@ -134,18 +143,21 @@ def write_report(
     With ``held_out`` (and the task's evaluator defining ``evaluate_held_out``,
     and ``held_out.enabled`` in the run's config) the seed, the best programs
     and the baselines are scored on the held-out set first (``workers`` in
-    parallel; ``on_held_out(entry, done, total)`` after each).
+    parallel; ``on_held_out(entry, done, total)`` after each); the sandbox is
+    checked first (:func:`societas.evolve.evaluator.probe_sandbox`), so a
+    sandbox that cannot run raises its ``SandboxError`` instead of failing
+    every entry. Unreadable files raise ``ValueError`` naming them.
     """
     run_dir = resolve_run_dir(run_dir)
     db = run_dir / "programs.db"
-    config = parse_config(
-        yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")),
-        source=str(run_dir / "config.yaml"),
-    )
-    info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    config = load_config(run_dir / "config.yaml")
+    info = load_json_file(run_dir / "run.json")
+    if not isinstance(info, dict):
+        raise DocumentError(str(run_dir / "run.json"), "expected a JSON object")
     store = ProgramStore(db)
     try:
         programs = store.programs()
+        backends = set(store.get_meta("sandbox_backends", None) or [])
     finally:
         store.close()
     population = Population(config.database)
@@ -211,6 +223,7 @@ def write_report(
         and evaluator_path.is_file()
         and supports_held_out(evaluator_path)
     ):
+        backends.add(probe_sandbox(config.evaluator))
         entries = evaluate_held_out(
             run_dir, evaluator_path, config, programs, population, workers=workers, on_result=on_held_out
         )
@@ -250,6 +263,9 @@ def write_report(
     if failures:
         lines += ["", "## Most common failures", ""]
         lines += [f"- {count} x {reason}" for reason, count in failures.most_common(8)]
+    unconfined = "rlimit" in backends or config.evaluator.sandbox == "rlimit"
+    if unconfined:
+        lines[:0] = [f"> **Warning: {UNCONFINED_WARNING}.**", ""]
     (run_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     figures: dict[str, Any] = {
         "run_dir": str(run_dir),
@@ -258,6 +274,7 @@ def write_report(
         "best_score": best.fitness if best else None,
         "seed_score": seed.fitness if seed else None,
         "programs": len(programs),
+        "unconfined": unconfined,
     }
     if held_out_figures is not None:
         figures["held_out"] = held_out_figures

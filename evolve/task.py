@@ -19,6 +19,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from societas.agents.documents import DocumentError, read_text
+
 from .evaluator import TaskError
 from .program import EvolveBlockError, find_evolve_blocks
 
@@ -55,7 +57,10 @@ def load_task(spec: str | Path) -> Task:
     for required in (program_path, evaluator_path):
         if not required.is_file():
             raise TaskError(f"task {path} has no {required.name}")
-    code = program_path.read_text(encoding="utf-8")
+    try:
+        code = read_text(program_path)
+    except DocumentError as exc:
+        raise TaskError(str(exc)) from None
     try:
         blocks = find_evolve_blocks(code)
     except EvolveBlockError as exc:
@@ -66,5 +71,7 @@ def load_task(spec: str | Path) -> Task:
         ast.parse(code, filename=str(program_path))
     except SyntaxError as exc:
         raise TaskError(f"{program_path} does not parse: {exc.msg} (line {exc.lineno})") from None
+    except (MemoryError, RecursionError):
+        raise TaskError(f"{program_path} is nested too deeply for Python's parser") from None
     config_path = path / "config.yaml"
     return Task(path.name, path, code, evaluator_path, config_path if config_path.is_file() else None)

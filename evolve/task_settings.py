@@ -1,12 +1,16 @@
 """Settings of the built-in discovery tasks: defaults, overridden by the task's
 ``settings.json`` and then by the run's ``task_settings.json`` next to the
-candidate program (written by the controller from the config)."""
+candidate program (written by the controller from the config). Both files
+are read with :func:`societas.agents.documents.load_json_file`, so a file
+that is not UTF-8 JSON, or holds something other than an object, is refused
+with a message naming it."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
+
+from societas.agents.documents import DocumentError, load_json_file
 
 
 def load_task_settings(
@@ -22,8 +26,9 @@ def load_task_settings(
         places.append(os.path.join(os.path.dirname(os.path.abspath(program_path)), "task_settings.json"))
     for place in places:
         if os.path.exists(place):
-            with open(place) as handle:
-                loaded = json.load(handle)
+            loaded = load_json_file(place)
+            if not isinstance(loaded, dict):
+                raise DocumentError(place, f"expected a JSON object of settings, got {type(loaded).__name__}")
             unknown = sorted(set(loaded) - set(defaults))
             if unknown:
                 raise ValueError(
@@ -31,8 +36,15 @@ def load_task_settings(
                 )
             values.update({k: v for k, v in loaded.items() if v is not None})
     for key in positive:
-        values[key] = int(values[key])
-        if values[key] < 1:
-            raise ValueError(f"{task} task setting {key} must be >= 1, got {values[key]}")
-    values["held_out_iterations"] = int(values["held_out_iterations"] or values["iterations"])
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{task} task setting {key} must be a whole number >= 1, got {value!r}")
+    held_out = values.get("held_out_iterations")
+    if held_out is None or held_out == 0:
+        held_out = values["iterations"]
+    if isinstance(held_out, bool) or not isinstance(held_out, int) or held_out < 1:
+        raise ValueError(
+            f"{task} task setting held_out_iterations must be a whole number >= 1, got {held_out!r}"
+        )
+    values["held_out_iterations"] = held_out
     return values

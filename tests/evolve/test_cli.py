@@ -42,7 +42,17 @@ def last_json(proc):
 def test_run_json_and_report(tmp_path):
     proc = cli("run", TASK, "--iterations", 8, "--workers", 2, "--out", tmp_path, "--json")
     result = last_json(proc)
-    assert set(result) == {"best_score", "seed_score", "evaluated", "failed", "run_dir"}
+    assert set(result) == {
+        "best_score",
+        "seed_score",
+        "evaluated",
+        "failed",
+        "run_dir",
+        "sandbox",
+        "unconfined",
+    }
+    assert result["sandbox"] in ("bwrap", "rlimit")
+    assert result["unconfined"] == (result["sandbox"] == "rlimit")
     assert result["best_score"] >= result["seed_score"] > 0
     run_dir = Path(result["run_dir"])
     assert {"config.yaml", "metrics.jsonl", "programs.db", "summary.md", "run.json"} <= {
