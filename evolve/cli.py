@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ from societas.agents.sandbox import SandboxError
 
 from .config import (
     MAX_ITERATIONS,
+    MAX_LLM_TIMEOUT_S,
     MAX_RANDOM_SEED,
     MAX_WORKERS,
     SANDBOX_BACKENDS,
@@ -237,6 +239,11 @@ def run(
     llm: list[str] | None = typer.Option(
         None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"
     ),
+    llm_timeout: float | None = typer.Option(
+        None,
+        "--llm-timeout",
+        help="seconds one request to an OpenAI-compatible server may take in all (overrides llm.timeout)",
+    ),
     seed: int | None = typer.Option(None, "--seed", help="random_seed"),
     resume: Path | None = typer.Option(None, "--resume", help="continue this run directory"),
     out: Path = typer.Option(Path("runs/evolve"), "--out", help="where new run directories are made"),
@@ -255,6 +262,12 @@ def run(
 ) -> None:
     """Evolve TASK (or resume a run) and print the best score."""
     _check_run_options(iterations, workers, seed, executor, sandbox, log_level, as_json)
+    if llm_timeout is not None and not (math.isfinite(llm_timeout) and 0 < llm_timeout <= MAX_LLM_TIMEOUT_S):
+        _fail(
+            f"--llm-timeout must be above 0 and at most {MAX_LLM_TIMEOUT_S:g} seconds, got {llm_timeout}",
+            2,
+            as_json,
+        )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     backend_option = cast(SandboxBackend | None, sandbox)
     lock: RunLock | None = None
@@ -298,11 +311,21 @@ def run(
         unconfined = backend == "rlimit" or cfg.evaluator.sandbox == "rlimit"
         if unconfined:  # before anything of the run is shown
             _warn_unconfined(RUN_UNCONFINED_WARNING)
+        if llm_timeout is not None:
+            cfg.llm.timeout = llm_timeout
         if llm:
             uris = [(uri, 1.0) for uri in llm]
+            timeouts = [cfg.llm.timeout] * len(uris)
         else:
             uris = [(m.uri(cfg.llm.api_base), m.weight) for m in cfg.llm.models]
-        ensemble = LLMEnsemble.from_uris(uris) if uris else None
+            timeouts = [m.timeout if m.timeout is not None else cfg.llm.timeout for m in cfg.llm.models]
+        if (llm_timeout is not None) and not any(uri.strip().startswith("openai:") for uri, _ in uris):
+            _fail(
+                "--llm-timeout applies to OpenAI-compatible LLMs (openai:...), and this run has none",
+                2,
+                as_json,
+            )
+        ensemble = LLMEnsemble.from_uris(uris, timeouts=timeouts) if uris else None
         n_workers = workers or cfg.evaluator.parallel_evaluations
         _share_cpus_with_evaluations(n_workers)
         pool = make_executor(executor, n_workers)

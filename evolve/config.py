@@ -97,7 +97,6 @@ IGNORED_OPENEVOLVE_KEYS: dict[str, frozenset[str]] = {
         {
             "evaluator_models",
             "api_key",
-            "timeout",
             "retries",
             "retry_delay",
             "system_message",
@@ -112,7 +111,6 @@ IGNORED_OPENEVOLVE_KEYS: dict[str, frozenset[str]] = {
     "llm.models": frozenset(
         {
             "api_key",
-            "timeout",
             "retries",
             "retry_delay",
             "temperature",
@@ -180,12 +178,19 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+MAX_LLM_TIMEOUT_S = 86_400.0
+"""The longest request time limit accepted (a day)."""
+
+
 class LLMModelConfig(_Section):
     """One backend of the ensemble: an ``societas.agents.load_llm`` URI (or an OpenAI model name) and its weight."""
 
     name: str = Field(min_length=1)
     weight: float = Field(1.0, gt=0)
     api_base: str | None = None
+    timeout: float | None = Field(
+        None, gt=0, le=MAX_LLM_TIMEOUT_S, description="this model's request time limit; default llm.timeout"
+    )
 
     def uri(self, default_api_base: str | None) -> str:
         """The ``load_llm`` URI: the name itself when it is one, else ``openai:API_BASE#NAME``."""
@@ -204,6 +209,13 @@ class LLMModelConfig(_Section):
 class LLMConfig(_Section):
     models: list[LLMModelConfig] = Field(default_factory=list)
     api_base: str | None = None
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_LLM_TIMEOUT_S,
+        description="seconds one request to an OpenAI-compatible server may take in all (connecting, "
+        "waiting and reading the answer); default the client's own (60 s)",
+    )
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(4096, ge=1)

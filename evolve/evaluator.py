@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from societas.agents.documents import DocumentError, read_text
 from societas.agents.sandbox import Sandbox, SandboxError, SandboxResult
 
 from .config import EvaluatorConfig, SandboxBackend
@@ -309,9 +310,13 @@ class TaskEvaluator:
         if not path.is_file():
             raise TaskError(f"evaluator file {path} does not exist")
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            tree = ast.parse(read_text(path), filename=str(path))
+        except DocumentError as exc:
+            raise TaskError(str(exc)) from None
         except SyntaxError as exc:
             raise TaskError(f"{path} does not parse: {exc.msg} (line {exc.lineno})") from None
+        except (MemoryError, RecursionError):
+            raise TaskError(f"{path} is nested too deeply for Python's parser") from None
         defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
         available = defined | imported

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from societas.agents.documents import DocumentError, load_json_file
+
 from .config import EvolveConfig
 from .database import Population
 from .evaluator import EvalOutcome, TaskError, TaskEvaluator, run_evaluation
@@ -172,8 +174,10 @@ def evaluate_held_out(
     candidates = _candidates(programs, population, config, held_out_baselines(evaluator_path))
     cache_path = run_dir / HELD_OUT_FILE
     try:
-        cache = json.loads(cache_path.read_text(encoding="utf-8")) if cache_path.is_file() else {}
-    except (OSError, ValueError):
+        cache = load_json_file(cache_path) if cache_path.is_file() else {}
+        if not isinstance(cache, dict):
+            raise DocumentError(str(cache_path), "expected a JSON object")
+    except DocumentError:
         logger.warning("ignoring unreadable %s", cache_path)
         cache = {}
     cached: dict[str, dict[str, Any]] = cache.get("results", {})

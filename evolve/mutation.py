@@ -298,8 +298,18 @@ class LLMEnsemble:
         self.members = list(members)
 
     @classmethod
-    def from_uris(cls, uris: Sequence[tuple[str, float]]) -> LLMEnsemble:
-        return cls([(load_llm(uri), weight) for uri, weight in uris])
+    def from_uris(
+        cls, uris: Sequence[tuple[str, float]], *, timeouts: Sequence[float | None] | None = None
+    ) -> LLMEnsemble:
+        """The ensemble of ``(URI, weight)`` pairs; ``timeouts[i]`` bounds each request of an ``openai:`` URI."""
+        members = []
+        for index, (uri, weight) in enumerate(uris):
+            timeout = timeouts[index] if timeouts is not None else None
+            if timeout is not None and uri.strip().startswith("openai:"):
+                members.append((load_llm(uri, timeout_s=timeout), weight))
+            else:
+                members.append((load_llm(uri), weight))
+        return cls(members)
 
     def choose(self, rng: random.Random) -> int:
         return rng.choices(range(len(self.members)), weights=[w for _, w in self.members])[0]

@@ -416,3 +416,53 @@ def test_report_names_a_broken_run_json(tmp_path):
     result = evolve("report", run_dir, "--json")
     assert result.exit_code == 2
     assert str(run_dir / "run.json") in error_of(result)
+
+
+# ---------------------------------------------------------------- LLM request time limit
+
+
+@pytest.mark.parametrize("where", ["option", "config"])
+def test_llm_timeout_bounds_each_request_to_a_server_that_hangs(tmp_path, where):
+    """A server that answers after 30 s: with a 0.5 s limit the LLM mutations fail fast and the run ends."""
+    from tests.agents.openai_server import OpenAITestServer
+
+    def never_soon(prompt, body):
+        return "```python\nprint(1)\n```"
+
+    with OpenAITestServer(never_soon, delay_s=30.0) as srv:
+        uri = f"openai:{srv.url}#test-model"
+        cfg = yaml.safe_load((TASK / "config.yaml").read_text())
+        cfg["max_iterations"] = 2
+        cfg["mutation"] = {"weights": {"llm": 1.0}}
+        cfg["llm"] = {"models": [{"name": uri}]}
+        args = ["run", str(TASK), "--config", tmp_path / "config.yaml", "--out", tmp_path / "runs"]
+        args += ["--no-held-out", "--json"]
+        if where == "option":
+            args += ["--llm-timeout", "0.5"]
+        else:
+            cfg["llm"]["timeout"] = 0.5
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+        started = time.monotonic()
+        result = evolve(*args)
+        elapsed = time.monotonic() - started
+    assert result.exit_code == 0, result.output
+    assert elapsed < 25, f"the run waited {elapsed:.1f} s on a server that hangs"
+    assert json.loads(result.stdout.strip().splitlines()[-1])["evaluated"] >= 1
+
+
+def test_llm_timeout_without_an_openai_llm_is_refused(tmp_path):
+    result = evolve("run", TASK, "--llm-timeout", "5", "--out", tmp_path, "--json", "--no-held-out")
+    assert result.exit_code == 2
+    assert "--llm-timeout applies to OpenAI-compatible LLMs" in error_of(result)
+    bad = evolve("run", TASK, "--llm-timeout", "0", "--out", tmp_path, "--json")
+    assert bad.exit_code == 2 and "--llm-timeout must be above 0" in error_of(bad)
+
+
+def test_an_evaluator_that_is_not_utf8_is_named(tmp_path):
+    from societas.evolve.config import EvaluatorConfig
+    from societas.evolve.evaluator import TaskEvaluator
+
+    bad = tmp_path / "evaluator.py"
+    bad.write_bytes(b"# caf\xe9\ndef evaluate(path):\n    return {}\n")
+    with pytest.raises(TaskError, match=r"evaluator\.py: not UTF-8 text"):
+        TaskEvaluator(bad, EvaluatorConfig())
