@@ -17,8 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-import yaml
-
+from societas.agents.documents import load_yaml_file
 from societas.marl.llm.loop import TrainConfig, train
 from societas.marl.llm.recipes import RECIPES
 
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default=None, help="run directory (default runs/<recipe>)")
     args = ap.parse_args(argv)
 
-    conf = yaml.safe_load((HERE / "recipes" / f"{args.recipe}.yaml").read_text())
+    conf = load_yaml_file(HERE / "recipes" / f"{args.recipe}.yaml")
     recipe_kw = {**conf.get("recipe", {}), **json.loads(args.recipe_json or "{}")}
     train_kw = dict(conf.get("train", {}))
     for key in ("steps", "sft_steps", "eval_every"):

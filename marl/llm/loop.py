@@ -56,6 +56,7 @@ import torch
 import yaml
 from matplotlib.figure import Figure
 
+from societas.agents.documents import load_json_file
 from societas.agents.llm.base import encode_with_tokenizer
 from societas.marl.llm.advantages import group_ids
 from societas.marl.llm.backend import Backend, TrainConfig
@@ -198,7 +199,7 @@ def _load(root: Path, backend: Backend) -> dict[str, Any] | None:
     for pol, tr in backend.trainers.items():
         tr.load_checkpoint(version / pol)
         backend.sync(pol)
-    return json.loads((version / "loop.json").read_text())
+    return load_json_file(version / "loop.json")
 
 
 # -- plots and summary ------------------------------------------------------------------------------
