@@ -19,7 +19,6 @@ import resource
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +42,8 @@ from societas.agents.sandbox import (
 )
 from societas.agents.sandbox.results import CappedBuffer, Outcome, build_result
 
+from .host_processes import assert_no_survivors, processes_with, src
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BWRAP = bwrap_status()
 IS_ROOT = os.geteuid() == 0
@@ -62,33 +63,6 @@ def rlimit_allowed(monkeypatch):
     """These tests ask for the rlimit backend by name; the variables that forbid or force it are unset."""
     monkeypatch.delenv(REQUIRE_BWRAP_ENV, raising=False)
     monkeypatch.delenv(SANDBOX_BACKEND_ENV, raising=False)
-
-
-def src(code: str) -> str:
-    return textwrap.dedent(code).lstrip()
-
-
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (read from /proc, host-wide)."""
-    found = []
-    needle = marker.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
-                if needle in handle.read():
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def assert_no_survivors(marker: str, within_s: float = 3.0) -> None:
-    deadline = time.monotonic() + within_s
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(marker) == [], f"processes carrying {marker} survived the run"
 
 
 # --- 1. wall-clock timeout ---------------------------------------------------------------

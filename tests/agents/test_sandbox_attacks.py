@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -25,39 +24,15 @@ import pytest
 
 from societas.agents.sandbox import Sandbox, SandboxResult
 
+from .host_processes import assert_no_survivors, src
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def src(code: str) -> str:
-    return textwrap.dedent(code).lstrip()
 
 
 def attack(code: str, *, args: list[str] = (), **limits) -> SandboxResult:  # type: ignore[assignment]
     result = Sandbox(**limits).run(src(code), args=list(args))
     assert result.backend == "bwrap", "the default sandbox must isolate"
     return result
-
-
-def processes_with(marker: str) -> list[int]:
-    found = []
-    needle = marker.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
-                if needle in handle.read():
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def assert_no_survivors(marker: str, within_s: float = 3.0) -> None:
-    deadline = time.monotonic() + within_s
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert processes_with(marker) == [], f"processes carrying {marker} outlived the run"
 
 
 # --- network: TCP and DNS ---------------------------------------------------------------------
