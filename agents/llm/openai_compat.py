@@ -125,6 +125,9 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
+# How long a failed generate() waits for its other requests to notice the cancel.
+_SIBLING_STOP_S = 1.0
+
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "RETRY_STATUSES", "LLMServerError", "OpenAICompatibleLLM"]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -643,6 +646,9 @@ class OpenAICompatibleLLM:
             cancel.set()
             for f in futures:
                 f.cancel()
+            # Let the siblings see the cancel (they stop at their next check), so that none of them
+            # logs a retry after the caller has reported the failure; bounded, never a hang.
+            wait(futures, timeout=_SIBLING_STOP_S)
             real = [e for f in failed if (e := f.exception()) is not None and not isinstance(e, _Cancelled)]
             if real:
                 raise real[0]
@@ -752,6 +758,8 @@ class OpenAICompatibleLLM:
                 if attempt == attempts:
                     self._bump("failures")
                     raise self._give_up(attempt, e) from None
+                if cancel.is_set():  # the batch already failed: stop without announcing a retry
+                    raise _Cancelled() from None
                 delay = self._backoff(attempt, e.retry_after)
                 self._bump("retries")
                 log.warning(
