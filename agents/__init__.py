@@ -2,7 +2,8 @@
 
 LLM backends behind one batched protocol (:class:`LLM`, :func:`load_llm`),
 the :class:`Agent`, the role prompt library, output parsers, the embedded
-default model, and :mod:`societas.agents.sandbox` for running untrusted code.
+default model, :mod:`societas.agents.sandbox` for running untrusted code, and
+:mod:`societas.agents.tools` for tools a model may call.
 """
 
 from importlib import import_module
@@ -32,6 +33,25 @@ from .parsers import (
 )
 from .roles import CONDUCTOR_ROLES, ROLE_PROMPTS, canonical_role, known_roles, register_role, role_prompt
 from .sandbox import Sandbox, SandboxResult, bwrap_available, run_python
+from .tools import (
+    ParsedReply,
+    Tool,
+    ToolArgumentError,
+    ToolCall,
+    ToolError,
+    ToolExecutionError,
+    ToolResult,
+    assistant_tool_calls_message,
+    calculator,
+    parse_tool_calls,
+    python_tool,
+    run_tool_call,
+    tool,
+    tool_message,
+    tool_results_message,
+    tools_by_name,
+    tools_system_prompt,
+)
 
 __all__ = [
     "Agent",
@@ -62,6 +82,23 @@ __all__ = [
     "SandboxResult",
     "bwrap_available",
     "run_python",
+    "ParsedReply",
+    "Tool",
+    "ToolArgumentError",
+    "ToolCall",
+    "ToolError",
+    "ToolExecutionError",
+    "ToolResult",
+    "assistant_tool_calls_message",
+    "calculator",
+    "parse_tool_calls",
+    "python_tool",
+    "run_tool_call",
+    "tool",
+    "tool_message",
+    "tool_results_message",
+    "tools_by_name",
+    "tools_system_prompt",
     "CONDUCTOR_ROLES",
     "ROLE_PROMPTS",
     "canonical_role",

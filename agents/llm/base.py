@@ -73,14 +73,41 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One call of a tool that a model asked for.
+
+    ``id`` comes from the server for native tool calls; the text protocol
+    (:func:`societas.agents.tools.parse_tool_calls`) numbers the calls of one
+    reply ``call_0``, ``call_1``, ... ``arguments`` are the decoded JSON
+    arguments, not yet validated against the tool. ``error`` is set when the
+    call could not be read as given (its arguments were not a JSON object, or
+    it names no known tool): :meth:`societas.agents.tools.Tool.run` then
+    answers it with that error instead of running the tool. The class lives
+    here, beside :class:`Completion`, and is re-exported by
+    :mod:`societas.agents.tools`.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    error: str | None = None
+
+
 @dataclass
 class Completion:
     """One generated sample.
 
     ``finish_reason`` is ``"stop"`` (end-of-sequence token or a stop string),
-    ``"length"`` (``max_new_tokens`` reached) or ``"error"``.
+    ``"length"`` (``max_new_tokens`` reached) or ``"error"``; a server may
+    also report others (``"tool_calls"``).
     ``logprobs`` holds one log-probability per token of ``token_ids`` when the
     request asked for them, else ``None``.
+    ``tool_calls`` holds the native tool calls of a backend that supports
+    them (``supports_native_tools``) when the request carried tools (an empty
+    list when the model called none), else ``None``; ``tool_call_errors``
+    lists, one line each, the calls that could not be read as given (each
+    such call also carries its ``error``), else ``None``.
     """
 
     text: str
@@ -90,6 +117,8 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     prompt_index: int = 0
     sample_index: int = 0
+    tool_calls: list[ToolCall] | None = None
+    tool_call_errors: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

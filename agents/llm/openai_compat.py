@@ -82,6 +82,23 @@ Concurrency, timeouts and retries
     (server text quoted on one line); a failed prompt fails the whole batch
     and stops the retries of its other prompts.
 
+Native tool calls
+    ``generate(..., tools=[...])`` sends ``"tools"`` (each tool's
+    ``openai_schema()``) with every request of the batch, and each
+    completion's ``tool_calls`` is read from ``choices[i].message.tool_calls``:
+    the JSON-string ``arguments`` are decoded into a dict. A call whose
+    arguments are not a JSON object, that names no function, or that names a
+    tool not sent, is kept (its id needs an answer in the next request) with
+    ``arguments`` ``{}`` and its ``error`` set, and the same line goes into
+    ``Completion.tool_call_errors``; a call without an id gets ``call_<k>``.
+    Prompts sent with tools may hold assistant turns with a ``tool_calls``
+    list (``ToolCall`` objects or ``{"id", "name", "arguments"}`` dicts) and
+    ``tool`` turns with ``tool_call_id`` and ``content``; they are translated
+    into the OpenAI wire format by :func:`tool_prompt_messages`, which also
+    checks that every tool call is answered by exactly one ``tool`` turn
+    before the conversation moves on. Without ``tools`` the plain rules
+    apply (only ``role`` and ``content`` of each turn are sent).
+
 Response size
     A response body (error bodies too) may hold at most ``max_response_bytes``
     (default 32 MiB): a larger declared ``Content-Length`` fails before the
@@ -107,28 +124,37 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 import httpx
 
 from .base import (
-    ChatMessage,
     Completion,
     Prompt,
     SamplingParams,
+    ToolCall,
     Usage,
     broadcast_params,
     normalize_prompt,
     truncate_at_stop,
 )
 
+if TYPE_CHECKING:  # societas.agents.tools imports this package; the type alone is needed here
+    from ..tools import Tool
+
 log = logging.getLogger(__name__)
 
 # How long a failed generate() waits for its other requests to notice the cancel.
 _SIBLING_STOP_S = 1.0
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "RETRY_STATUSES", "LLMServerError", "OpenAICompatibleLLM"]
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "RETRY_STATUSES",
+    "LLMServerError",
+    "OpenAICompatibleLLM",
+    "tool_prompt_messages",
+]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: timeouts, rate limits, overloaded or restarting servers."""
@@ -256,12 +282,22 @@ class _Exchange:
 
 
 @dataclass
+class _RawToolCall:
+    """One entry of ``message.tool_calls`` as the server sent it (checked later, against the tools)."""
+
+    id: Any
+    name: Any
+    arguments: Any
+
+
+@dataclass
 class _Choice:
     text: str
     finish_reason: str
     logprobs: list[float] | None
     tokens: list[str] | None  # token strings from logprobs.content, when every entry has one
     token_ids: list[int] | None
+    tool_calls: list[_RawToolCall] | None = None
 
 
 @dataclass
@@ -359,7 +395,198 @@ def _parse_choice(raw: Any, k: int) -> _Choice:
         if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
             raise TypeError(f"choices[{k}].token_ids is not a list of integers")
         token_ids = list(ids)
-    return _Choice(content, finish, logprobs, tokens, token_ids)
+    return _Choice(content, finish, logprobs, tokens, token_ids, _parse_raw_tool_calls(message, k))
+
+
+def _parse_raw_tool_calls(message: dict, k: int) -> list[_RawToolCall] | None:
+    """The entries of ``message.tool_calls``; a list of non-objects is a malformed response."""
+    raw = message.get("tool_calls")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise TypeError(f"choices[{k}].message.tool_calls is {type(raw).__name__}, expected a list")
+    calls = []
+    for j, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise TypeError(f"choices[{k}].message.tool_calls[{j}] is not an object")
+        function = entry.get("function")
+        if function is None:
+            function = {}
+        if not isinstance(function, dict):
+            raise TypeError(f"choices[{k}].message.tool_calls[{j}].function is not an object")
+        calls.append(_RawToolCall(entry.get("id"), function.get("name"), function.get("arguments")))
+    return calls
+
+
+def _snippet(text: str, pos: int, width: int = 30) -> str:
+    """The text around ``pos`` on one line, for messages about invalid JSON."""
+    start, end = max(0, pos - width), min(len(text), pos + width)
+    piece = text[start:end].replace("\n", " ")
+    return ("..." if start else "") + piece + ("..." if end < len(text) else "")
+
+
+def _decode_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """A native call's arguments as a dict, or ``({}, problem)``."""
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, dict):  # some servers send the object itself
+        return raw, None
+    if not isinstance(raw, str):
+        return {}, f"arguments are a JSON {type(raw).__name__}, expected a JSON object (as a string)"
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return {}, (
+            f"arguments are not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): "
+            f"{_snippet(raw, e.pos)!r}"
+        )
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got a JSON {_json_kind(value)}"
+    return value, None
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _tool_calls(raw: list[_RawToolCall], known: Sequence[str] | None) -> tuple[list[ToolCall], list[str]]:
+    """Native tool calls checked against the tools sent (``known``; ``None`` when the tools were not sent
+    through ``generate``, e.g. in ``extra_body``); a call that cannot be used carries its error."""
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for k, rc in enumerate(raw):
+        call_id = rc.id if isinstance(rc.id, str) and rc.id else f"call_{k}"
+        name = rc.name if isinstance(rc.name, str) else ""
+        arguments, problem = _decode_arguments(rc.arguments)
+        if not name:
+            problem = "names no function"
+        elif known is not None and name not in known:
+            problem = f"unknown tool {name!r}; known tools: {', '.join(known)}"
+        if problem is not None:
+            label = f"tool call {call_id} ({name!r})" if name else f"tool call {call_id}"
+            errors.append(f"{label}: {problem}")
+            calls.append(ToolCall(call_id, name, {}, error=problem))
+        else:
+            calls.append(ToolCall(call_id, name, arguments))
+    return calls, errors
+
+
+_TOOL_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _wire_tool_call(m_index: int, j: int, call: Any) -> dict[str, Any]:
+    """One assistant tool call (a ToolCall, an ``{"id", "name", "arguments"}`` dict, or the wire form)."""
+    where = f"prompt message {m_index} tool_calls[{j}]"
+    call_id: Any
+    name: Any
+    arguments: Any
+    if isinstance(call, ToolCall):
+        call_id, name, arguments = call.id, call.name, call.arguments
+    elif isinstance(call, dict):
+        function = call.get("function")
+        source = function if isinstance(function, dict) else call
+        call_id, name, arguments = call.get("id"), source.get("name"), source.get("arguments", {})
+    else:
+        raise ValueError(f"{where} must be a ToolCall or a dict with 'id', 'name', 'arguments', got {call!r}")
+    if not isinstance(call_id, str) or not call_id:
+        raise ValueError(f"{where} needs a non-empty string 'id', got {call_id!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where} needs a non-empty string 'name', got {name!r}")
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} 'arguments' is a string but not valid JSON: {e}") from None
+        arguments = decoded
+    if not isinstance(arguments, dict):
+        raise ValueError(f"{where} 'arguments' must be a dict (or a JSON object string), got {arguments!r}")
+    try:
+        text = json.dumps(arguments, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where} 'arguments' is not JSON-serialisable: {e}") from None
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def tool_prompt_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """A prompt that may hold tool turns, as OpenAI wire messages.
+
+    Assistant turns may carry ``tool_calls`` (a list of ``ToolCall`` or
+    ``{"id", "name", "arguments"}`` dicts; ``content`` may then be empty or
+    missing) and ``tool`` turns need ``tool_call_id`` and ``content``. Every
+    tool call must be answered by one ``tool`` turn, after its assistant
+    turn and before the next non-tool turn; a ``tool`` turn must answer a
+    call. Anything else is a ``ValueError`` naming the message.
+    """
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence) or isinstance(prompt, (bytes, bytearray)):
+        raise TypeError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+    out: list[dict[str, Any]] = []
+    pending: dict[str, int] = {}  # call id -> the assistant message that made the call
+    seen_ids: set[str] = set()
+    for i, m in enumerate(prompt):
+        if not isinstance(m, dict) or "role" not in m:
+            raise ValueError(f"prompt message {i} must be a dict with 'role' and 'content', got {m!r}")
+        role = m["role"]
+        if role not in _TOOL_ROLES:
+            raise ValueError(
+                f"prompt message {i} has unknown role {role!r}; expected one of {list(_TOOL_ROLES)}"
+            )
+        if role != "tool" and pending:
+            raise ValueError(
+                f"prompt message {i} ({role}) follows unanswered tool calls "
+                f"{sorted(pending)} of message {min(pending.values())}; answer each with a 'tool' turn"
+            )
+        content = m.get("content")
+        calls = m.get("tool_calls") if role == "assistant" else None
+        if role == "assistant" and calls:
+            if content is not None and not isinstance(content, str):
+                raise ValueError(f"prompt message {i} content must be a string")
+            if not isinstance(calls, (list, tuple)):
+                raise ValueError(f"prompt message {i} tool_calls must be a list, got {type(calls).__name__}")
+            wire = [_wire_tool_call(i, j, c) for j, c in enumerate(calls)]
+            for w in wire:
+                if w["id"] in seen_ids:
+                    raise ValueError(f"prompt message {i} repeats the tool call id {w['id']!r}")
+                seen_ids.add(w["id"])
+                pending[w["id"]] = i
+            out.append({"role": "assistant", "content": content or None, "tool_calls": wire})
+            continue
+        if not isinstance(content, str):
+            raise ValueError(f"prompt message {i} must have a string 'content', got {content!r}")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str) or call_id not in pending:
+                raise ValueError(
+                    f"prompt message {i} is a 'tool' turn whose tool_call_id {call_id!r} answers no "
+                    f"open tool call (open: {sorted(pending)})"
+                )
+            del pending[call_id]
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        else:
+            out.append({"role": role, "content": content})
+    if pending:
+        raise ValueError(
+            f"the prompt ends with unanswered tool calls {sorted(pending)}; answer each with a 'tool' turn"
+        )
+    if not out:
+        raise ValueError("a prompt must hold at least one message")
+    return out
+
+
+def _check_tools(tools: Any) -> list[Tool]:
+    """The tools of a request: a sequence of tools with distinct names."""
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+        raise TypeError(f"tools must be a list of Tool, got {type(tools).__name__}")
+    names: set[str] = set()
+    for i, t in enumerate(tools):
+        if not callable(getattr(t, "openai_schema", None)) or not isinstance(getattr(t, "name", None), str):
+            raise TypeError(f"tools[{i}] must be a Tool, got {type(t).__name__}")
+        if t.name in names:
+            raise ValueError(f"two tools are named {t.name!r}; tool names must be distinct")
+        names.add(t.name)
+    return list(tools)
 
 
 def _parse_response(data: Any) -> _Response:
@@ -455,6 +682,14 @@ def _check_base_url(base_url: Any) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class _ToolSet:
+    """The tools of one generate() call: their schemas as sent, and their names."""
+
+    schemas: list[dict[str, Any]]
+    names: list[str]
+
+
 class OpenAICompatibleLLM:
     """An :class:`~societas.agents.llm.base.LLM` backed by an OpenAI-compatible chat-completions server.
 
@@ -465,8 +700,12 @@ class OpenAICompatibleLLM:
     answer. See the module docstring for the request, usage, retry, timeout
     and concurrency rules. ``stats`` counts what happened; use the
     instance as a context manager, or call :meth:`close`, to release its
-    threads and connections.
+    threads and connections. ``generate`` also takes ``tools`` and returns
+    the server's native tool calls (see the module docstring).
     """
+
+    supports_native_tools = True
+    """The server takes ``tools`` and answers with ``message.tool_calls``."""
 
     def __init__(
         self,
@@ -614,8 +853,15 @@ class OpenAICompatibleLLM:
         self,
         prompts: Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        tools: Sequence[Tool] | None = None,
     ) -> list[list[Completion]]:
-        """One list of ``params.n`` completions per prompt, in prompt order."""
+        """One list of ``params.n`` completions per prompt, in prompt order.
+
+        With ``tools`` (even an empty list) the prompts may hold tool turns
+        (:func:`tool_prompt_messages`) and every completion carries
+        ``tool_calls``; a non-empty list is sent as ``"tools"``.
+        """
         if self._closed.is_set():
             raise RuntimeError(f"{self.name}: generate() called after close()")
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
@@ -623,7 +869,14 @@ class OpenAICompatibleLLM:
                 f"prompts must be a list of prompts (wrap a single prompt in a list), got {type(prompts).__name__}"
             )
         plist = broadcast_params(params, len(prompts))
-        messages = [normalize_prompt(p) for p in prompts]
+        toolset: _ToolSet | None = None
+        messages: list[list[dict[str, Any]]]
+        if tools is None:
+            messages = [list(normalize_prompt(p)) for p in prompts]
+        else:
+            checked = _check_tools(tools)
+            toolset = _ToolSet([t.openai_schema() for t in checked], [t.name for t in checked])
+            messages = [tool_prompt_messages(p) for p in prompts]
         self._bump("generate_calls")
         self._bump("prompts", len(messages))
         if not messages:
@@ -636,7 +889,7 @@ class OpenAICompatibleLLM:
             cancel.set()
         try:
             futures = [
-                self._pool.submit(self._complete_prompt, i, m, p, cancel)
+                self._pool.submit(self._complete_prompt, i, m, p, cancel, toolset)
                 for i, (m, p) in enumerate(zip(messages, plist))
             ]
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -658,7 +911,14 @@ class OpenAICompatibleLLM:
             with self._lock:
                 self._active.discard(cancel)
 
-    def _request_body(self, messages: list[ChatMessage], p: SamplingParams, n: int, seed: int | None) -> dict:
+    def _request_body(
+        self,
+        messages: list[dict[str, Any]],
+        p: SamplingParams,
+        n: int,
+        seed: int | None,
+        toolset: _ToolSet | None = None,
+    ) -> dict:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -667,6 +927,8 @@ class OpenAICompatibleLLM:
             "top_p": p.top_p,
             "max_tokens": p.max_new_tokens,
         }
+        if toolset is not None and toolset.schemas:
+            body["tools"] = toolset.schemas
         if p.stop:
             body["stop"] = list(p.stop[:MAX_STOP_SENT])
         if seed is not None:
@@ -679,13 +941,18 @@ class OpenAICompatibleLLM:
         return body
 
     def _complete_prompt(
-        self, index: int, messages: list[ChatMessage], p: SamplingParams, cancel: threading.Event
+        self,
+        index: int,
+        messages: list[dict[str, Any]],
+        p: SamplingParams,
+        cancel: threading.Event,
+        toolset: _ToolSet | None = None,
     ) -> list[Completion]:
         out: list[Completion] = []
         while len(out) < p.n:
             need = p.n - len(out)
             seed = p.seed if (p.seed is None or not out) else p.seed + len(out)
-            resp = self._post(self._request_body(messages, p, need, seed), cancel)
+            resp = self._post(self._request_body(messages, p, need, seed, toolset), cancel)
             if len(resp.choices) > need:
                 log.warning(
                     "%s: server returned %d choices for n=%d; keeping the first %d",
@@ -705,11 +972,16 @@ class OpenAICompatibleLLM:
             if resp.prompt_tokens is not None:
                 prompt_tokens = resp.prompt_tokens
             else:
-                prompt_tokens = sum(len(m["content"].split()) for m in messages)
+                prompt_tokens = sum(len((m.get("content") or "").split()) for m in messages)
             for k, (ch, n_tokens) in enumerate(zip(resp.choices[:need], counts[:need])):
-                out.append(
-                    self._to_completion(ch, n_tokens, prompt_tokens if k == 0 else 0, p, index, len(out))
+                completion = self._to_completion(
+                    ch, n_tokens, prompt_tokens if k == 0 else 0, p, index, len(out)
                 )
+                if toolset is not None or ch.tool_calls:
+                    calls, errors = _tool_calls(ch.tool_calls or [], toolset.names if toolset else None)
+                    completion.tool_calls = calls
+                    completion.tool_call_errors = errors or None
+                out.append(completion)
         self._bump("completions", len(out))
         self._bump("prompt_tokens", sum(c.usage.prompt_tokens for c in out))
         self._bump("completion_tokens", sum(c.usage.completion_tokens for c in out))
