@@ -1,4 +1,10 @@
-"""Command line: ``python -m societas.topology run SPEC --task TEXT`` and ``python -m societas.topology show SPEC``.
+"""Command line: ``run SPEC --task TEXT``, ``resume --checkpoint FILE --thread ID`` and ``show SPEC``.
+
+``run --checkpoint FILE --thread ID`` saves the run after every superstep
+(SQLite); ``resume`` continues a killed or interrupted thread from the file
+alone (the spec is saved with it), ``--input`` answering an interrupt. When
+a run stops for a person's answer and standard input is a terminal, the
+command asks and goes on; otherwise it prints how to resume.
 
 Every expected failure ends with one line on standard error, ``error: ...``,
 naming what failed, and no traceback: status 2 for bad input (a bad spec
@@ -27,10 +33,12 @@ from societas.agents import llm as llm_backends
 from societas.agents.documents import DocumentError
 from societas.agents.llm import LLM, LLMServerError, UnknownLLM
 
+from .checkpoint import CheckpointError, MemoryCheckpointer, SqliteCheckpointer
 from .errors import SpecError
 from .graph import Graph
 from .render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
 from .runtime import NodeError, Runtime
+from .spec import GraphSpec
 
 app = typer.Typer(
     add_completion=False,
@@ -218,13 +226,186 @@ def show(
         )
 
 
+def _llm_options(
+    graph: Graph, llm: str | None, timeout: float | None, built: dict[str, Any]
+) -> dict[str, Any]:
+    the_llm: LLM | str | None = llm
+    llms: dict[str, LLM] = {}
+    if timeout is not None:
+        override, llms = _openai_llms_with_timeout(graph, llm, timeout, built)
+        the_llm = override if override is not None else llm
+    return {"llm": the_llm, "llms": llms}
+
+
+def _ask(payload: Any) -> str:
+    """Ask the person at the terminal to answer an interrupt."""
+    if isinstance(payload, dict) and "tool" in payload:
+        question = f"approve the call {payload['tool']}({json.dumps(payload.get('arguments', {}))})? [yes/no]"
+    elif isinstance(payload, dict) and "question" in payload:
+        question = str(payload["question"])
+    else:
+        question = json.dumps(payload)
+    return typer.prompt(question)
+
+
+def _execute(
+    graph: Graph,
+    *,
+    llm: str | None,
+    timeout: float | None,
+    seed: int | None,
+    max_tokens: int | None,
+    max_calls: int | None,
+    checkpoint: Path | None,
+    thread: str | None,
+    console: Console,
+    start: Callable[[Runtime], Any],
+) -> Any:
+    """Build the Runtime, run ``start(rt)``, and answer interrupts at a terminal; one-line errors."""
+    built: dict[str, Any] = {}  # clients made here for --timeout, closed at the end
+    cp: Any = None
+    try:
+        if checkpoint is not None:
+            try:
+                cp = SqliteCheckpointer(checkpoint)
+            except CheckpointError as exc:
+                _fail(f"--checkpoint {checkpoint}: {exc}")
+        with Status("loading models…", console=console) as status:
+            events = [0]
+
+            def on_event(ev: Any) -> None:
+                events[0] += 1
+                status.update(f"step {ev.step}: {ev.sender} done ({events[0]} messages)")
+
+            try:
+                if cp is None:
+                    cp = MemoryCheckpointer()  # interrupts answered at the terminal need the saved state
+                rt = Runtime(
+                    graph,
+                    **_llm_options(graph, llm, timeout, built),
+                    seed=seed,
+                    max_tokens=max_tokens,
+                    max_calls=max_calls,
+                    on_event=on_event,
+                    checkpointer=cp,
+                )
+            except (UnknownLLM, SpecError, DocumentError, ValueError) as exc:
+                _fail(str(exc))
+            except OSError as exc:  # a model file that is missing or unreadable
+                _fail(f"cannot load the LLM: {exc}")
+            status.update("running…")
+            try:
+                result = start(rt)
+                while result.interrupted and os.isatty(0) and result.thread is not None:
+                    status.stop()
+                    answer = _ask(result.interrupt)
+                    status.start()
+                    result = rt.resume(result.thread, answer)
+            except LLMServerError as exc:
+                _fail(f"LLM server gave no answer{_users_of(graph, llm, exc)}: {exc}", code=1)
+            except NodeError as exc:
+                _fail(str(exc), code=1)
+            except CheckpointError as exc:
+                _fail(
+                    f"--checkpoint {checkpoint}: {exc}",
+                    code=1 if "locked" in type(exc).__name__.lower() else 2,
+                )
+            except (UnknownLLM, SpecError, DocumentError, ValueError) as exc:
+                _fail(str(exc))
+            except OSError as exc:
+                _fail(f"the run failed: {exc}", code=1)
+    finally:
+        for client in built.values():
+            client.close()
+        if cp is not None:
+            cp.close()
+    return result
+
+
+def _report(
+    graph: Graph,
+    task: str,
+    result: Any,
+    *,
+    trace: Path | None,
+    render: Path | None,
+    as_json: bool,
+    console: Console,
+    checkpoint: Path | None,
+) -> None:
+    try:
+        if trace is not None:
+            result.trace.save_jsonl(trace)
+        rendered = str(_render(result.trace, render, graph=graph)) if render is not None else None
+    except OSError as exc:
+        _fail(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", code=1)
+    totals = result.totals
+    resume_hint = None
+    if result.interrupted:
+        where = f"--checkpoint {checkpoint} --thread {result.thread}" if checkpoint is not None else None
+        resume_hint = (
+            f"societas resume {where} --input ANSWER" if where else "run with --checkpoint to resume later"
+        )
+    payload = {
+        "graph": graph.spec.name,
+        "task": task,
+        "output": result.output,
+        "stopped": result.stopped,
+        "ended_by": result.ended_by,
+        "interrupt": result.interrupt,
+        "thread": result.thread if checkpoint is not None else None,
+        "resume": resume_hint,
+        "metrics": graph.metrics().to_dict(),
+        "totals": {
+            k: totals[k]
+            for k in ("calls", "llm_batches", "prompt_tokens", "completion_tokens", "tokens", "wall_s")
+        },
+        "trace": str(trace) if trace else None,
+        "render": rendered,
+    }
+    if as_json:
+        typer.echo(json.dumps(payload, default=str))
+        return
+    for ev in result.trace:
+        console.quiet = False
+        if ev.kind == "router":
+            typer.echo(f"── {ev.sender} routes to {', '.join(ev.receivers) or 'END'} (step {ev.step})")
+            continue
+        if ev.kind == "tool_call":
+            typer.echo(f"── {ev.sender} called {ev.meta.get('tool')}({json.dumps(ev.meta.get('arguments'))})")
+            typer.echo(ev.output.strip())
+            continue
+        typer.echo(f"── {ev.sender} (step {ev.step}, round {ev.round}, {ev.completion_tokens} tokens)")
+        typer.echo(ev.output.strip())
+    if result.interrupted:
+        typer.echo("\n═══ waiting for an answer ═══")
+        typer.echo(json.dumps(result.interrupt, default=str))
+        typer.echo(f"resume: {resume_hint}")
+    else:
+        typer.echo("\n═══ final output ═══")
+        typer.echo(result.output if result.output is not None else f"(none: run stopped by {result.stopped})")
+    typer.echo(
+        f"\n{totals['calls']} calls in {totals['llm_batches']} batched LLM calls, {totals['tokens']} tokens, "
+        f"{totals['wall_s']:.1f} s" + (f"; stopped by {result.stopped}" if result.stopped else "")
+    )
+    if trace:
+        typer.echo(f"trace: {trace}")
+    if rendered:
+        typer.echo(f"drawing: {rendered}")
+
+
+_LLM_HELP = "LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"
+_TIMEOUT_HELP = (
+    "seconds one request to an OpenAI-compatible LLM may take in all, reading the answer "
+    "included (each retry gets its own)"
+)
+
+
 @app.command()
 def run(
     spec: Path = typer.Argument(..., help="graph spec (.yaml/.yml/.json)"),
     task: str = typer.Option(..., "--task", help="the task every entry node receives"),
-    llm: str | None = typer.Option(
-        None, "--llm", help="LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"
-    ),
+    llm: str | None = typer.Option(None, "--llm", help=_LLM_HELP),
     trace: Path | None = typer.Option(None, "--trace", help="save the trace as JSONL"),
     render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
     seed: int | None = typer.Option(None, "--seed", parser=_int_option("--seed", 0, 2**63 - 1)),
@@ -237,12 +418,12 @@ def run(
     max_calls: int | None = typer.Option(
         None, "--max-calls", help="call budget (overrides the spec)", parser=_int_option("--max-calls", 1)
     ),
-    timeout: float | None = typer.Option(
-        None,
-        "--timeout",
-        help="seconds one request to an OpenAI-compatible LLM may take in all, reading the answer "
-        "included (each retry gets its own)",
-        parser=_timeout_option,
+    timeout: float | None = typer.Option(None, "--timeout", help=_TIMEOUT_HELP, parser=_timeout_option),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="SQLite file that saves the run after every step (with --thread)"
+    ),
+    thread: str | None = typer.Option(
+        None, "--thread", help="the id the run is saved under (with --checkpoint)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -253,90 +434,97 @@ def run(
     )
     if not task.strip():
         _fail("--task: must not be empty")
-    for option, path in (("--trace", trace), ("--render", render)):
+    if (checkpoint is None) != (thread is None):
+        _fail("--checkpoint and --thread go together: the file to save in and the id to save under")
+    if thread is not None and not thread.strip():
+        _fail("--thread: must not be empty")
+    for option, path in (("--trace", trace), ("--render", render), ("--checkpoint", checkpoint)):
         if path is not None:
             _check_output(option, path)
     graph = _load_graph(spec)
     console = Console(stderr=True, quiet=as_json)
-    built: dict[str, Any] = {}  # clients made here for --timeout, closed at the end
-    try:
-        with Status("loading models…", console=console) as status:
-            events = [0]
-
-            def on_event(ev: Any) -> None:
-                events[0] += 1
-                status.update(f"step {ev.step}: {ev.sender} done ({events[0]} messages)")
-
-            try:
-                the_llm: LLM | str | None = llm
-                llms: dict[str, LLM] = {}
-                if timeout is not None:
-                    override, llms = _openai_llms_with_timeout(graph, llm, timeout, built)
-                    the_llm = override if override is not None else llm
-                rt = Runtime(
-                    graph,
-                    llm=the_llm,
-                    llms=llms,
-                    seed=seed,
-                    max_tokens=max_tokens,
-                    max_calls=max_calls,
-                    on_event=on_event,
-                )
-            except (UnknownLLM, SpecError, DocumentError, ValueError) as exc:
-                _fail(str(exc))
-            except OSError as exc:  # a model file that is missing or unreadable
-                _fail(f"cannot load the LLM: {exc}")
-            status.update("running…")
-            try:
-                result = rt.run(task)
-            except LLMServerError as exc:
-                _fail(f"LLM server gave no answer{_users_of(graph, llm, exc)}: {exc}", code=1)
-            except NodeError as exc:
-                _fail(str(exc), code=1)
-            except (UnknownLLM, SpecError, DocumentError, ValueError) as exc:
-                _fail(str(exc))
-            except OSError as exc:
-                _fail(f"the run failed: {exc}", code=1)
-    finally:
-        for client in built.values():
-            client.close()
-    try:
-        if trace is not None:
-            result.trace.save_jsonl(trace)
-        rendered = str(_render(result.trace, render, graph=graph)) if render is not None else None
-    except OSError as exc:
-        _fail(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", code=1)
-    totals = result.totals
-    payload = {
-        "graph": graph.spec.name,
-        "task": task,
-        "output": result.output,
-        "stopped": result.stopped,
-        "metrics": graph.metrics().to_dict(),
-        "totals": {
-            k: totals[k]
-            for k in ("calls", "llm_batches", "prompt_tokens", "completion_tokens", "tokens", "wall_s")
-        },
-        "trace": str(trace) if trace else None,
-        "render": rendered,
-    }
-    if as_json:
-        typer.echo(json.dumps(payload))
-        return
-    for ev in result.trace:
-        console.quiet = False
-        typer.echo(f"── {ev.sender} (step {ev.step}, round {ev.round}, {ev.completion_tokens} tokens)")
-        typer.echo(ev.output.strip())
-    typer.echo("\n═══ final output ═══")
-    typer.echo(result.output if result.output is not None else f"(none: run stopped by {result.stopped})")
-    typer.echo(
-        f"\n{totals['calls']} calls in {totals['llm_batches']} batched LLM calls, {totals['tokens']} tokens, "
-        f"{totals['wall_s']:.1f} s" + (f"; stopped by {result.stopped}" if result.stopped else "")
+    run_thread = thread if thread is not None else "cli"
+    result = _execute(
+        graph,
+        llm=llm,
+        timeout=timeout,
+        seed=seed,
+        max_tokens=max_tokens,
+        max_calls=max_calls,
+        checkpoint=checkpoint,
+        thread=thread,
+        console=console,
+        start=lambda rt: rt.run(task, thread=run_thread),
     )
-    if trace:
-        typer.echo(f"trace: {trace}")
-    if rendered:
-        typer.echo(f"drawing: {rendered}")
+    _report(
+        graph,
+        task,
+        result,
+        trace=trace,
+        render=render,
+        as_json=as_json,
+        console=console,
+        checkpoint=checkpoint,
+    )
+
+
+@app.command()
+def resume(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="the SQLite file the run was saved in"),
+    thread: str = typer.Option(..., "--thread", help="the id the run was saved under"),
+    answer: str | None = typer.Option(None, "--input", help="the answer to the interrupt the run waits on"),
+    llm: str | None = typer.Option(None, "--llm", help=_LLM_HELP),
+    timeout: float | None = typer.Option(None, "--timeout", help=_TIMEOUT_HELP, parser=_timeout_option),
+    trace: Path | None = typer.Option(None, "--trace", help="save the whole trace as JSONL"),
+    render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Continue a saved run: after a crash, or with the answer to an interrupt."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if not checkpoint.is_file():
+        _fail(f"--checkpoint {checkpoint}: no such file")
+    for option, path in (("--trace", trace), ("--render", render)):
+        if path is not None:
+            _check_output(option, path)
+    try:
+        with SqliteCheckpointer(checkpoint) as cp:
+            ck = cp.latest(thread)
+    except CheckpointError as exc:
+        _fail(f"--checkpoint {checkpoint}: {exc}")
+    spec_data = ck.meta.get("spec")
+    if not isinstance(spec_data, dict):
+        _fail(f"--checkpoint {checkpoint}: thread {thread!r} was saved without its graph spec")
+    try:
+        graph = Graph(GraphSpec.from_data(spec_data, source=f"{checkpoint} (thread {thread})"))
+    except SpecError as exc:
+        _fail(f"--checkpoint {checkpoint}: the saved spec is not valid: {exc}")
+    console = Console(stderr=True, quiet=as_json)
+    task = str(ck.state.get("task", {}).get("task", ""))
+    result = _execute(
+        graph,
+        llm=llm,
+        timeout=timeout,
+        seed=None,
+        max_tokens=None,
+        max_calls=None,
+        checkpoint=checkpoint,
+        thread=thread,
+        console=console,
+        start=lambda rt: rt.resume(thread, answer),
+    )
+    _report(
+        graph,
+        task,
+        result,
+        trace=trace,
+        render=render,
+        as_json=as_json,
+        console=console,
+        checkpoint=checkpoint,
+    )
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from societas.agents.roles import known_roles as library_roles
 
 from .errors import SpecError
-from .spec import EdgeSpec, GraphSpec, NodeSpec, spec_error_from_validation
+from .spec import END_TARGET, EdgeSpec, GraphSpec, NodeSpec, RouterSpec, spec_error_from_validation
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,15 @@ class Graph:
         self._preds = {n: sorted(g.predecessors(n), key=self._index.__getitem__) for n in g.nodes}
         self._succs = {n: sorted(g.successors(n), key=self._index.__getitem__) for n in g.nodes}
         self._layers: list[list[str]] | None = None
+        # The flow graph: static edges plus every edge a router may take.
+        self._routers: dict[str, RouterSpec] = {r.source: r for r in self.spec.routers}
+        flow = g.copy()
+        for r in self.spec.routers:
+            for t in r.targets:
+                if t != END_TARGET:
+                    flow.add_edge(r.source, t, conditional=True, label=r.labels.get(t))
+        self.flow: nx.DiGraph = flow
+        self._flow_preds = {n: sorted(flow.predecessors(n), key=self._index.__getitem__) for n in flow.nodes}
         if validate:
             self.validate()
 
@@ -236,6 +245,31 @@ class Graph:
             if e.pair in seen:
                 raise SpecError(f"edges[{i}]", f"duplicate edge '{e}' (first at edges[{seen[e.pair]}])")
             seen[e.pair] = i
+        by_source: dict[str, int] = {}
+        for i, r in enumerate(self.spec.routers):
+            if r.source not in first:
+                raise SpecError(f"routers[{i}].source", f"unknown node {r.source!r}")
+            if r.source in by_source:
+                raise SpecError(
+                    f"routers[{i}].source",
+                    f"node {r.source!r} already has a router (routers[{by_source[r.source]}]); "
+                    "one router per node, which may pick several targets (multi: true)",
+                )
+            by_source[r.source] = i
+            for k, t in enumerate(r.targets):
+                if t != END_TARGET and t not in first:
+                    raise SpecError(
+                        f"routers[{i}].targets[{k}]", f"unknown node {t!r} (use {END_TARGET} to end a branch)"
+                    )
+                if (r.source, t) in seen:
+                    raise SpecError(
+                        f"routers[{i}].targets[{k}]",
+                        f"'{r.source} -> {t}' is also a static edge (edges[{seen[(r.source, t)]}]); "
+                        "an edge is either always taken or chosen by the router",
+                    )
+        for i, name in enumerate(self.spec.entry or []):
+            if name not in first:
+                raise SpecError(f"entry[{i}]", f"unknown node {name!r}")
 
     def validate(self, known_roles: Iterable[str] | None = None) -> None:
         """Check the spec as a whole; raise :class:`SpecError` naming the first problem's path.
@@ -264,19 +298,67 @@ class Graph:
                         )
                 if n.llm not in spec.llms:
                     raise SpecError(f"nodes[{i}].llm", f"unknown LLM {n.llm!r} (known: {llm_names})")
-            elif n.function is None:
+            elif n.kind in ("function", "tool") and n.function is None:
                 raise SpecError(
                     f"nodes[{i}].function",
                     f"a {n.kind} node needs a function ('module:attr' or a name given to the Runtime)",
                 )
+            elif n.kind == "graph" and n.graph is None:
+                raise SpecError(
+                    f"nodes[{i}].graph", "a graph node needs 'graph': an inline spec or a file path"
+                )
+            if n.tools and n.kind != "agent":
+                raise SpecError(
+                    f"nodes[{i}].tools", f"only agent nodes call tools; {n.id!r} is a {n.kind} node"
+                )
+        for i, r in enumerate(spec.routers):
+            if r.kind == "llm" and r.llm not in spec.llms:
+                raise SpecError(f"routers[{i}].llm", f"unknown LLM {r.llm!r} (known: {llm_names})")
         if spec.final is not None and spec.final not in self._by_id:
             raise SpecError("final", f"unknown node {spec.final!r}")
-        if spec.rounds is None and self.is_cyclic:
+        if spec.mode == "rounds" and spec.routers:
+            raise SpecError(
+                "mode", "routers choose where each message goes, which needs mode 'messages' (or 'auto')"
+            )
+        if self.mode == "messages":
+            return
+        if spec.rounds is None and spec.until is None and self.is_cyclic:
             start = min((m for comp in self.cyclic_components() for m in comp), key=self._index.__getitem__)
             raise SpecError(
                 "rounds",
                 f"the graph has a cycle ({_describe_cycle(self.nx, start)}) but declares no rounds",
             )
+
+    # -- run-time decisions -----------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``"messages"`` or ``"rounds"``: the execution model (``auto`` resolved)."""
+        if self.spec.mode != "auto":
+            return self.spec.mode
+        return "messages" if self.spec.routers else "rounds"
+
+    @property
+    def routers(self) -> dict[str, RouterSpec]:
+        """Router specs by source node."""
+        return dict(self._routers)
+
+    def conditional_edges(self) -> list[tuple[str, str, str | None]]:
+        """``(source, target, label)`` of every edge a router may take (``END`` included), in declaration order."""
+        return [(r.source, t, r.labels.get(t)) for r in self.spec.routers for t in r.targets]
+
+    def flow_predecessors(self, node_id: str) -> list[str]:
+        """Nodes that may send to ``node_id``: static predecessors and routers that target it."""
+        self.node(node_id)
+        return list(self._flow_preds[node_id])
+
+    @property
+    def entry_nodes(self) -> list[str]:
+        """The nodes that see the task first: ``spec.entry``, else those no edge or router reaches,
+        else (every node is reached: a loop) the first node declared."""
+        if self.spec.entry:
+            return list(self.spec.entry)
+        free = [n for n in self.nodes if not [p for p in self._flow_preds[n] if p != n]]
+        return free or self.nodes[:1]
 
     # -- structure -----------------------------------------------------------
     @property

@@ -41,6 +41,7 @@ from pydantic import (
 
 from societas.agents.llm.base import SamplingParams
 
+from .conditions import check_condition_data
 from .errors import (
     FieldProblem,
     SpecError,
@@ -56,10 +57,12 @@ __all__ = [
     "NODE_ID_PATTERN",
     "SAMPLING_OVERRIDES",
     "TEMPLATE_FIELDS",
+    "NODE_KINDS",
     "BudgetSpec",
     "EdgeSpec",
     "GraphSpec",
     "NodeSpec",
+    "RouterSpec",
     # Re-exported from .errors and .yaml_io, where they live, for existing imports.
     "format_path",
     "load_yaml_bounded",
@@ -84,6 +87,13 @@ TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs")
 
 _SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
+NODE_KINDS: tuple[str, ...] = ("agent", "function", "tool", "interrupt", "graph")
+"""What a node is: an LLM ``agent``; Python code run as a ``function`` or ``tool`` node; an
+``interrupt`` that stops the run for a person's answer; or a nested ``graph`` (a subgraph)."""
+
+END_TARGET = "END"
+"""The router target that ends a branch (the same string as :data:`societas.topology.routing.END`)."""
+
 
 def _file_path(path: Any, method: str) -> Path:
     """``path`` as a :class:`Path`; anything that is not a file name is a ``TypeError`` naming ``method``."""
@@ -100,6 +110,28 @@ def _short(value: Any, width: int = 40) -> str:
 _FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$"
 
 
+def _check_sampling_overrides(v: dict[str, Any]) -> dict[str, Any]:
+    """Sampling overrides of a node or router, checked and normalised."""
+    for key in v:
+        if key not in SAMPLING_OVERRIDES:
+            raise FieldProblem(
+                (key,), f"unknown sampling parameter (allowed: {', '.join(SAMPLING_OVERRIDES)})"
+            )
+    try:
+        sampled = SamplingParams(**v)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = tuple(err.get("loc", ()))
+        raise FieldProblem(loc, validation_error_text(err, None)[1]) from None
+    # Keep only the given keys, normalised (stop becomes a list) so that the
+    # spec serialises back to plain YAML/JSON.
+    out: dict[str, Any] = {}
+    for key in v:
+        value = getattr(sampled, key)
+        out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
 # ---------------------------------------------------------------------------
 # models
 # ---------------------------------------------------------------------------
@@ -114,20 +146,46 @@ class NodeSpec(BaseModel):
     is given at run time. ``params`` overrides the sampling parameters of the
     node's calls; ``template`` shapes its user prompt from ``{task}`` and
     ``{inputs}``; ``meta`` carries anything else (persona traits, difficulty).
+
+    An agent with ``tools`` (names given to the Runtime, ``module:attr``, or
+    the built-ins ``calculator`` and ``python``) runs a ReAct loop of at most
+    ``max_tool_steps`` model calls, one per superstep. An ``interrupt`` node
+    stops the run and asks a person (its ``prompt`` is the question); a
+    ``graph`` node runs another graph (``graph``: an inline spec or a file
+    path) as one node. ``join`` matters to message-driven graphs only: ``all``
+    waits for a message from every predecessor before running.
     """
 
     # Infinite floats in meta/params survive a JSON round trip (as Infinity).
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
     id: str
-    kind: Literal["agent", "function", "tool"] = "agent"
+    kind: Literal["agent", "function", "tool", "interrupt", "graph"] = "agent"
     role: str | None = None
     prompt: str | None = None
     llm: str = "default"
     params: dict[str, Any] = Field(default_factory=dict)
     function: str | None = None
     template: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    max_tool_steps: StrictInt = Field(8, ge=1, le=1000)
+    join: Literal["any", "all"] = "any"
+    graph: dict[str, Any] | str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("tools")
+    @classmethod
+    def _check_tools(cls, v: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for i, name in enumerate(v):
+            if not re.match(_FUNCTION_PATTERN, name):
+                raise FieldProblem(
+                    (i,), f"invalid tool reference {name!r}: use a name given to the Runtime or 'module:attr'"
+                )
+            if name in seen:
+                raise FieldProblem((i,), f"tool {name!r} is listed twice")
+            seen.add(name)
+        return v
 
     @field_validator("id")
     @classmethod
@@ -141,24 +199,7 @@ class NodeSpec(BaseModel):
     @field_validator("params")
     @classmethod
     def _check_params(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key in v:
-            if key not in SAMPLING_OVERRIDES:
-                raise FieldProblem(
-                    (key,), f"unknown sampling parameter (allowed: {', '.join(SAMPLING_OVERRIDES)})"
-                )
-        try:
-            sampled = SamplingParams(**v)
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            loc = tuple(err.get("loc", ()))
-            raise FieldProblem(loc, validation_error_text(err, None)[1]) from None
-        # Keep only the given keys, normalised (stop becomes a list) so that the
-        # spec serialises back to plain YAML/JSON.
-        out: dict[str, Any] = {}
-        for key in v:
-            value = getattr(sampled, key)
-            out[key] = list(value) if isinstance(value, tuple) else value
-        return out
+        return _check_sampling_overrides(v)
 
     @field_validator("function")
     @classmethod
@@ -236,6 +277,71 @@ class EdgeSpec(BaseModel):
         return f"{self.source} -> {self.target}"
 
 
+class RouterSpec(BaseModel):
+    """A router: the targets of ``source``'s output are chosen at run time, per message.
+
+    ``kind`` says who chooses: a Python ``function`` of the route context
+    (``function``: a name given to the Runtime or ``module:attr``), an
+    ``llm`` (``llm`` names the model, ``prompt`` adds instructions, and
+    ``labels`` describe the targets), or a ``router`` object given to the
+    Runtime by name (``router``) — a learned policy, for instance.
+    ``targets`` may include ``END``. ``multi`` lets it pick several targets;
+    ``fallback`` is where an LLM's output goes when it names no valid target
+    twice (without one, that is a :class:`~societas.topology.run_state.NodeError`).
+    """
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+    source: str
+    targets: list[str] = Field(min_length=1)
+    kind: Literal["function", "llm", "router"] = "function"
+    function: str | None = None
+    router: str | None = None
+    llm: str = "default"
+    prompt: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+    multi: bool = False
+    fallback: str | None = None
+
+    @field_validator("targets")
+    @classmethod
+    def _check_targets(cls, v: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for i, t in enumerate(v):
+            if t in seen:
+                raise FieldProblem((i,), f"target {t!r} is listed twice")
+            seen.add(t)
+        return v
+
+    @field_validator("function", "router")
+    @classmethod
+    def _check_ref(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(_FUNCTION_PATTERN, v):
+            raise ValueError(f"invalid reference {v!r}: use 'package.module:attr' or a registered name")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _check_params(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_sampling_overrides(v)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> RouterSpec:
+        if self.kind == "function" and self.function is None:
+            raise FieldProblem(("function",), "a function router needs 'function'")
+        if self.kind == "router" and self.router is None:
+            raise FieldProblem(
+                ("router",), "a router of kind 'router' needs 'router' (a name given to the Runtime)"
+            )
+        if self.fallback is not None and self.fallback not in self.targets:
+            raise FieldProblem(("fallback",), f"{self.fallback!r} is not one of the targets {self.targets}")
+        for t in self.labels:
+            if t not in self.targets:
+                raise FieldProblem(("labels", t), f"labels a target that is not declared ({self.targets})")
+        return self
+
+
 class BudgetSpec(BaseModel):
     """Limits that stop a run cleanly: total tokens and/or LLM calls (``None``: unlimited)."""
 
@@ -269,7 +375,17 @@ class GraphSpec(BaseModel):
     rounds: StrictInt | None = Field(None, ge=1)
     final: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    routers: list[RouterSpec] = Field(default_factory=list)
+    until: Any = None
+    entry: list[str] | None = None
+    mode: Literal["auto", "rounds", "messages"] = "auto"
+    max_steps: StrictInt | None = Field(None, ge=1)
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("until")
+    @classmethod
+    def _check_until(cls, v: Any) -> Any:
+        return None if v is None else check_condition_data(v)
 
     # -- construction --------------------------------------------------------
     @classmethod

@@ -16,8 +16,11 @@ from typing import Any, Literal
 
 __all__ = ["NodeKind", "Trace", "TraceEvent", "TraceTotals"]
 
-NodeKind = Literal["agent", "function", "tool"]
-"""What a node is: an LLM ``agent``, or Python code run as a ``function`` or a ``tool`` node."""
+NodeKind = Literal["agent", "function", "tool", "interrupt", "graph", "router", "tool_call"]
+"""What an event records: the output of an LLM ``agent``, of Python code run as a ``function`` or
+``tool`` node, of an ``interrupt`` (a person's answer, or the question it waits on), of a
+``graph`` node (a subgraph, whose own trace is in ``meta["subtrace"]``); a ``router``'s decision;
+or one ``tool_call`` an agent made (the tool's result is the output)."""
 
 
 @dataclass
