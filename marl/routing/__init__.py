@@ -8,7 +8,9 @@ real LLM agents); GPTSwarm's edge-logit REINFORCE (:mod:`.gptswarm`); a
 G-Designer-style task-conditioned graph policy, a GNN over the agents plus a
 task node (:mod:`.gdesigner`); and :func:`train_routing`, which trains either
 one, writes a run directory and returns the pruned :class:`societas.topology.Graph`
-(``python -m societas.marl train routing ...``, see :mod:`.cli`).
+(``python -m societas.marl train routing ...``, see :mod:`.cli`); and
+:class:`PolicyRouter`, which lets a trained policy route a graph's messages live
+through the :mod:`societas.topology.routing` protocol (:mod:`.live`).
 """
 
 from .env import (
@@ -42,6 +44,16 @@ from .gptswarm import (
     reinforce_update,
     sample_edges,
 )
+from .live import (
+    CHECKPOINT_KIND,
+    POLICY_FILE,
+    PolicyCheckpointError,
+    PolicyDecision,
+    PolicyRouter,
+    load_policy,
+    save_policy,
+    task_type_from_text,
+)
 from .marl_env import NOBODY, RoutingMARLEnv
 from .train import (
     RoutingConfigError,
@@ -52,7 +64,12 @@ from .train import (
 )
 
 __all__ = [
+    "CHECKPOINT_KIND",
     "NOBODY",
+    "POLICY_FILE",
+    "PolicyCheckpointError",
+    "PolicyDecision",
+    "PolicyRouter",
     "RoutingMARLEnv",
     "OPS",
     "GATLayer",
@@ -75,13 +92,16 @@ __all__ = [
     "Task",
     "TaskBatch",
     "evaluate_routing",
+    "load_policy",
     "normalized_adjacency",
     "parse_answer",
     "reinforce_update",
     "resolve_device",
     "run_runtime",
     "sample_edges",
+    "save_policy",
     "skill_agents_llm",
+    "task_type_from_text",
     "train_routing",
     "unit_draw",
 ]

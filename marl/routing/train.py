@@ -52,6 +52,7 @@ from .gptswarm import (
     MovingAverageBaseline,
     reinforce_update,
 )
+from .live import POLICY_FILE, save_policy
 
 log = logging.getLogger(__name__)
 
@@ -408,6 +409,8 @@ def train_routing(
         _write_graph(g, out / ("graph" if key == "graph" else f"graph_{key}"))
 
     res = RoutingRunResult(out, cfg, table, runtime, agrees, graphs, train_s, router, env)
+    # The trained weights, so that PolicyRouter.from_checkpoint(out) routes a Runtime's messages live.
+    save_policy(router, env, out / POLICY_FILE)
     _plot_learning_curve(rows, full_ref, out / "learning_curve.png", f"{cfg.method} routing, seed {cfg.seed}")
     (out / "summary.md").write_text(_summary_md(res, env), encoding="utf-8")
     (out / "result.json").write_text(json.dumps(res.to_dict(), indent=2), encoding="utf-8")
