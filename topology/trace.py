@@ -91,7 +91,8 @@ class Trace:
         return [e for e in self.events if e.sender == node_id]
 
     def totals(self) -> TraceTotals:
-        agent_events = [e for e in self.events if e.kind == "agent"]
+        # Model calls: agent turns, and the decisions of LLM routers (the only router events with tokens).
+        agent_events = [e for e in self.events if e.kind == "agent" or (e.kind == "router" and e.tokens)]
         return TraceTotals(
             calls=len(agent_events),
             llm_batches=int(self.meta.get("llm_batches", 0)),
@@ -101,9 +102,12 @@ class Trace:
         )
 
     def edge_tokens(self) -> dict[tuple[str, str], int]:
-        """Completion tokens carried along each (sender, receiver) edge."""
+        """Completion tokens carried along each (sender, receiver) edge (node outputs only:
+        a router's own tokens and an agent's tool calls travel along no edge)."""
         out: dict[tuple[str, str], int] = {}
         for e in self.events:
+            if e.kind in ("router", "tool_call"):
+                continue
             for r in e.receivers:
                 out[(e.sender, r)] = out.get((e.sender, r), 0) + e.completion_tokens
         return out

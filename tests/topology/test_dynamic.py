@@ -4,6 +4,7 @@ scripted FunctionLLMs and hand-computed expectations."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -513,3 +514,16 @@ def test_subgraph_runs_as_a_node_and_its_trace_nests():
     assert res.output == "42"
     ev = res.trace.by_sender("sub")[0]
     assert [e["sender"] for e in ev.meta["subtrace"]["events"]] == ["double"]
+
+
+def test_arun_and_astream_match_the_synchronous_run():
+    rt = Runtime(supervisor_spec(), functions=_functions(["a", "b", END]))
+
+    async def go():
+        res = await rt.arun("t")
+        types = [ev.type async for ev in rt.astream("t")]
+        return res, types
+
+    res, types = asyncio.run(go())
+    assert res.output == rt.run("t").output
+    assert types == [e.type for e in rt.stream("t")]
