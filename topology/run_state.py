@@ -140,6 +140,10 @@ class TaskState:
         self.message_driven = False  # set by the message-driven scheduler
         self.interrupt: Any = None  # the payload of the interrupt it waits on
         self.resume: dict[str, Any] = {}  # job key -> the person's answer, consumed by that job
+        # Checkpointing: trace events already saved, the last step saved, and (step, base, prev) of that save.
+        self.events_saved = 0
+        self.last_saved_step: int | None = None
+        self.progress_saved: tuple[int, int, int | None] | None = None
 
     @property
     def in_flight(self) -> set[str]:
@@ -155,14 +159,20 @@ class TaskState:
         return all(self.done[n] >= r for n, r in self.rounds.items())
 
     # -- checkpoints -------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """Everything needed to continue this task later (JSON-compatible when ``state`` is)."""
+    def to_dict(self, events_from: int = 0) -> dict[str, Any]:
+        """Everything needed to continue this task later (JSON-compatible when ``state`` is).
+
+        Only the trace events from index ``events_from`` on are included
+        (``events_base`` records where they start), so that a checkpoint per
+        step stores each event once rather than the whole trace again.
+        """
         return {
             "task": self.task,
             "done": dict(self.done),
             "outputs": {k: list(v) for k, v in self.outputs.items()},
             "trace_meta": dict(self.trace.meta),
-            "events": [e.to_dict() for e in self.trace.events],
+            "events_base": events_from,
+            "events": [e.to_dict() for e in self.trace.events[events_from:]],
             "stopped": self.stopped,
             "state": self.state,
             "rounds": dict(self.rounds),
@@ -190,6 +200,8 @@ class TaskState:
         st = cls(d["task"], nodes, graph_name, {k: int(v) for k, v in d["rounds"].items()}, seed_key)
         st.done.update({k: int(v) for k, v in d["done"].items()})
         st.outputs.update({k: list(v) for k, v in d["outputs"].items()})
+        if int(d.get("events_base", 0)) != 0:
+            raise ValueError("TaskState.from_dict needs the whole trace (events_base 0)")
         st.trace = Trace([TraceEvent(**e) for e in d["events"]], dict(d["trace_meta"]))
         st.stopped = d["stopped"]
         st.state = d["state"]

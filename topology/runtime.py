@@ -69,7 +69,7 @@ from societas.agents.llm import LLM
 from societas.agents.llm.base import SamplingParams
 from societas.agents.tools import Tool, calculator, python_tool
 
-from .checkpoint import Checkpoint, Checkpointer
+from .checkpoint import Checkpoint, Checkpointer, CheckpointError
 from .conditions import Condition, ConditionView, condition_from_data
 from .executor import Executor, NodeContext, StepResult, SubgraphOutput
 from .graph import Graph
@@ -488,7 +488,7 @@ class Runtime:
         """
         cp = self._need_checkpointer()
         ck = cp.get(thread, step, expect_graph=self.fingerprint, expect_name=self.graph.spec.name)
-        data = json.loads(json.dumps(ck.state))
+        data = self._whole_state(cp, thread, ck)
         task = data["task"]
         if state:
             task["state"].update(state)
@@ -508,8 +508,11 @@ class Runtime:
     def _load(self, thread: str, value: Any) -> RunState:
         cp = self._need_checkpointer()
         ck = cp.latest(thread, expect_graph=self.fingerprint, expect_name=self.graph.spec.name)
-        data = ck.state
+        data = self._whole_state(cp, thread, ck)
         st = TaskState.from_dict(0, data["task"], self.graph.nodes, self.graph.spec.name)
+        st.events_saved = len(st.trace.events)
+        st.last_saved_step = int(data["step"])
+        st.progress_saved = (ck.step, int(ck.state["task"].get("events_base", 0)), ck.state.get("prev_step"))
         st.message_driven = isinstance(self._scheduler, MessageScheduler)
         if st.stopped == "interrupted":
             if value is None:
@@ -533,6 +536,32 @@ class Runtime:
         log.info("resuming thread %r after step %d", thread, data["step"])
         return run
 
+    def _whole_state(self, cp: Checkpointer, thread: str, ck: Checkpoint) -> dict[str, Any]:
+        """``ck``'s state with the whole trace: the events of the earlier checkpoints it points back to."""
+        data = json.loads(json.dumps(ck.state))
+        segments = [data["task"]["events"]]
+        base = int(data["task"].get("events_base", 0))
+        prev = data.get("prev_step")
+        while base > 0:
+            if prev is None:
+                raise CheckpointError(
+                    f"thread {thread!r}: step {ck.step} lacks the checkpoint its trace continues"
+                )
+            earlier = cp.get(thread, int(prev)).state
+            seg_base = int(earlier["task"].get("events_base", 0))
+            seg = earlier["task"]["events"][: base - seg_base]
+            if seg_base + len(seg) != base:
+                raise CheckpointError(
+                    f"thread {thread!r}: the trace saved at step {prev} ends at event {seg_base + len(seg)}, "
+                    f"not {base} where step {ck.step} continues it"
+                )
+            segments.append(seg)
+            base, prev = seg_base, earlier.get("prev_step")
+        data["task"]["events"] = [e for seg in reversed(segments) for e in seg]
+        data["task"]["events_base"] = 0
+        data["prev_step"] = None
+        return data
+
     def _save(self, run: RunState, k: int, step: int | None = None) -> None:
         thread = run.threads[k] if run.threads else None
         if thread is None:
@@ -540,7 +569,11 @@ class Runtime:
         st = run.tasks[k]
         cp = self._need_checkpointer()
         step = run.step if step is None else step
-        state = {"task": st.to_dict(), "step": step}
+        # Each checkpoint holds the trace events since the previous one and points back to it;
+        # saving a step again (the end of a run) keeps the base and the pointer it had.
+        saved = st.progress_saved if st.progress_saved and st.progress_saved[0] == step else None
+        base, prev = (saved[1], saved[2]) if saved else (st.events_saved, st.last_saved_step)
+        state = {"task": st.to_dict(events_from=base), "step": step, "prev_step": prev}
         meta = {
             "graph_name": self.graph.spec.name,
             "spec": self._spec_data,
@@ -549,6 +582,9 @@ class Runtime:
             "interrupted": st.stopped == "interrupted",
         }
         cp.put(thread, step, self.fingerprint, state, meta)
+        st.progress_saved = (step, base, prev)
+        st.events_saved = len(st.trace.events)
+        st.last_saved_step = step
 
     # -- the loop --------------------------------------------------------------------
     def _start(
@@ -585,6 +621,7 @@ class Runtime:
 
     def _drive(self, run: RunState) -> Iterator[RunEvent]:
         """Run supersteps until every task has finished, stopped or paused; yield what happens."""
+        ran: set[int] = set()
         while True:
             jobs = self._scheduler.next_jobs(run)
             if not jobs:
@@ -598,6 +635,7 @@ class Runtime:
             t_step = time.perf_counter()
             result = self._executor.superstep(run, jobs, self._scheduler.token_caps(run, jobs))
             yield from self._commit(run, result)
+            ran.update(in_step)
             for k in in_step:
                 st = run.tasks[k]
                 st.steps += 1
@@ -606,7 +644,7 @@ class Runtime:
             run.step += 1
         # A message-driven task found idle has ended after its last saved step: mark that step finished.
         for k, st in enumerate(run.tasks):
-            if st.ended and run.step > 0 and run.threads and run.threads[k] is not None:
+            if k in ran and st.ended and run.threads and run.threads[k] is not None:
                 self._save(run, k, run.step - 1)
 
     def _commit(self, run: RunState, result: StepResult) -> Iterator[RunEvent]:

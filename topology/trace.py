@@ -47,7 +47,25 @@ class TraceEvent:
         return self.prompt_tokens + self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # By hand rather than dataclasses.asdict, whose deep copy dominated checkpointing a step.
+        return {
+            "step": self.step,
+            "round": self.round,
+            "sender": self.sender,
+            "receivers": list(self.receivers),
+            "kind": self.kind,
+            "role": self.role,
+            "prompt": [dict(m) for m in self.prompt],
+            "output": self.output,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_s": self.latency_s,
+            "batch_size": self.batch_size,
+            "llm": self.llm,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "meta": dict(self.meta),
+        }
 
 
 @dataclass

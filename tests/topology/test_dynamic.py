@@ -478,7 +478,17 @@ def test_checkpoints_per_step_fork_and_errors(tmp_path):
     res = rt.run("t", thread="main")
     steps = [c.step for c in rt.checkpoints("main")]
     assert steps == [0, 1, 2, 3, 4]
-    assert rt.resume("main").output == res.output  # a finished run resumes to itself
+    again = rt.resume("main")  # a finished run resumes to itself, its whole trace rebuilt from the steps
+    assert again.output == res.output
+    assert [e.to_dict() for e in again.trace] == [e.to_dict() for e in res.trace]
+    # each step's checkpoint stores only the events of that step
+    assert [len(c.state["task"]["events"]) for c in rt.checkpoints("main")] == [
+        2,
+        1,
+        2,
+        1,
+        2,
+    ]  # sup and its router, then a; ...
     # time travel: from step 2 (sup has decided 'b' next) with an edited message from a
     rt.fork("main", 1, "edited", outputs={"a": "a-EDITED"})
     res2 = rt.resume("edited")
