@@ -146,7 +146,11 @@ def test_files_and_texts_are_never_confused(tmp_path: Path, monkeypatch: pytest.
 @pytest.mark.parametrize(
     "text, path, fragment",
     [
-        ("nodes: [{id: a, kind: agnt}]", "nodes[0].kind", "'agent', 'function', 'tool', 'interrupt' or 'graph'"),
+        (
+            "nodes: [{id: a, kind: agnt}]",
+            "nodes[0].kind",
+            "'agent', 'function', 'tool', 'interrupt' or 'graph'",
+        ),
         (
             "nodes: [{id: a, role: solver}, {id: b, rol: solver}]",
             "nodes[1].rol",
