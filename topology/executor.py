@@ -71,6 +71,9 @@ class NodeContext:
     trace: Trace
     state: dict[str, Any]  # per-run scratch space shared by the run's functions
     payload: str | None = None  # what a router's Send delivered to this instance
+    messages: list[tuple[str, str]] = field(default_factory=list)  # every (sender, text), repeats kept
+
+    # ``inputs`` keeps one text per sender (the last); a reducer after a Send fan-out reads ``messages``.
 
 
 @dataclass
@@ -445,6 +448,7 @@ class Executor:
             trace=st.trace,
             state=st.state,
             payload=j.payload,
+            messages=list(j.inputs),
         )
         slot = _ResumeSlot(list(st.resume.get(j.key, [])))
         token = _RESUME.set(slot)

@@ -69,7 +69,7 @@ from societas.agents.llm import LLM
 from societas.agents.llm.base import SamplingParams
 from societas.agents.tools import Tool, calculator, python_tool
 
-from .checkpoint import Checkpoint, Checkpointer, CheckpointError
+from .checkpoint import Checkpoint, Checkpointer, CheckpointError, ThreadNotFound
 from .conditions import Condition, ConditionView, condition_from_data
 from .executor import Executor, NodeContext, StepResult, SubgraphOutput
 from .graph import Graph
@@ -607,7 +607,16 @@ class Runtime:
                 raise TypeError("thread ids must be non-empty strings")
             if len(set(threads)) != len(threads):
                 raise ValueError("thread ids must differ between the tasks of one run")
-            self._need_checkpointer()
+            cp = self._need_checkpointer()
+            for t in threads:
+                try:
+                    cp.latest(t)
+                except ThreadNotFound:
+                    continue
+                raise ValueError(
+                    f"thread {t!r} already holds a run: continue it with resume({t!r}), branch it with "
+                    f"fork(), or delete it first (checkpointer.delete({t!r}))"
+                )
             thread_list = list(threads)
         run = self._scheduler.start(
             tasks,
@@ -900,9 +909,10 @@ class Runtime:
                 elapsed_s=now - st.t0,
                 state=st.state,
             )
-            if self._holds(cond, view):
+            reason = self._holds(cond, view)
+            if reason is not None:
                 st.ended = True
-                st.ended_by = f"condition {cond!r}"
+                st.ended_by = f"condition: {reason}"
             return
         comps = self._scheduler.components
         running = False
@@ -925,11 +935,12 @@ class Runtime:
                 elapsed_s=(now - st.t0) - offset,
                 state=st.state,
             )
-            if self._holds(cond, view):
+            reason = self._holds(cond, view)
+            if reason is not None:
                 for n in comp:
                     st.rounds[n] = st.done[n]
                 st.candidates.update(self.graph.nodes)
-                st.ended_by = f"condition {cond!r} after round {st.done[next(iter(comp))]}"
+                st.ended_by = f"condition: {reason} (after round {st.done[next(iter(comp))]})"
         if not running and comps == []:
             view = ConditionView(
                 events=events,
@@ -938,13 +949,14 @@ class Runtime:
                 elapsed_s=now - st.t0,
                 state=st.state,
             )
-            if self._holds(cond, view) and not st.finished():
+            if self._holds(cond, view) is not None and not st.finished():
                 st.stopped = "condition"
 
     @staticmethod
-    def _holds(cond: Condition, view: ConditionView) -> bool:
+    def _holds(cond: Condition, view: ConditionView) -> str | None:
+        """Why ``cond`` holds (``None`` when it does not)."""
         try:
-            return bool(cond.check(view))
+            return cond.reason(view)
         except Exception as exc:
             raise NodeError(f"termination condition {cond!r} failed: {type(exc).__name__}: {exc}") from exc
 

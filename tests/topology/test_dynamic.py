@@ -149,7 +149,7 @@ def test_send_fans_out_to_instances_that_share_one_batched_call():
     seen = []
 
     def reduce(ctx):
-        seen.append(len(ctx.inputs))
+        seen.append(sorted(text for _, text in ctx.messages))
         return "total"
 
     rt = Runtime(
@@ -163,6 +163,7 @@ def test_send_fans_out_to_instances_that_share_one_batched_call():
     reduce_events = [e for e in res.trace if e.sender == "reduce"]
     assert len(reduce_events) == 1 and res.output == "total"
     assert reduce_events[0].meta["inputs_from"] == ["worker"] * 4
+    assert seen == [sorted(f"{w}:{len(w)}" for w in items)]  # a function reducer reads every message
 
 
 def _llm_router_spec(fallback=None):
@@ -494,6 +495,8 @@ def test_checkpoints_per_step_fork_and_errors(tmp_path):
     res2 = rt.resume("edited")
     sup2 = [e for e in res2.trace if e.sender == "sup" and e.kind == "function"]
     assert len(sup2) == 3
+    with pytest.raises(ValueError, match="thread 'main' already holds a run"):
+        rt.run("t", thread="main")
     with pytest.raises(ThreadNotFound, match="nope"):
         rt.resume("nope")
     other = Runtime(supervisor_spec(max_steps=50), functions=_functions(["a"]), checkpointer=cp)
