@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from societas.agents.agent import Agent
 from societas.agents.llm.base import Completion, SamplingParams
@@ -53,7 +53,18 @@ from .run_state import GraphInterrupt, Job, NodeError, NodeOutcome, RunState, Ta
 from .scheduler import Scheduler, seed_for, stable_seed
 from .trace import Trace, TraceEvent
 
-__all__ = ["APPROVALS", "Executor", "NodeContext", "StepResult", "SubgraphOutput", "interrupt"]
+__all__ = [
+    "APPROVALS",
+    "Executor",
+    "ModelRequest",
+    "NodeContext",
+    "Plan",
+    "StepResult",
+    "SubgraphDriver",
+    "SubgraphOutput",
+    "dispatch",
+    "interrupt",
+]
 
 APPROVALS = frozenset({"yes", "y", "approve", "approved", "ok", "true"})
 """Answers (case-insensitive) that approve a tool call waiting for a person; anything else refuses it."""
@@ -128,13 +139,71 @@ class StepResult:
 
 
 @dataclass
-class _Request:
+class ModelRequest:
+    """One model call of a step, with where its completion goes (its executor, run and step result)."""
+
     job: Job
     llm: Any
     prompt: list[dict[str, Any]]
     params: SamplingParams
     tools: tuple[Tool, ...] = ()
     native: bool = False
+    owner: Any = None
+    run: Any = None
+    res: Any = None
+
+
+@dataclass
+class Plan:
+    """A superstep between its two halves: the model calls it needs, and what finishes it.
+
+    ``children`` holds, per graph-node job, the handle of the subgraph's own
+    step, whose model calls are among ``requests``: the calls of a parent and
+    of every subgraph it runs share one batched call per model.
+    """
+
+    run: RunState
+    jobs: list[Job]
+    requests: list[ModelRequest]
+    result: StepResult
+    children: dict[str, Any] = field(default_factory=dict)
+
+
+class SubgraphDriver(Protocol):
+    """Runs a graph node's subgraph one superstep at a time inside the parent's steps."""
+
+    def begin(self, run: RunState, job: Job) -> tuple[list[ModelRequest], Any]: ...
+
+    def end(self, run: RunState, job: Job, handle: Any, res: StepResult) -> None: ...
+
+
+def dispatch(requests: Sequence[ModelRequest]) -> None:
+    """Send ``requests`` to their models: ONE ``generate`` call per model (and native tool set)."""
+    groups: dict[tuple[int, tuple[str, ...] | None], list[ModelRequest]] = {}
+    for r in requests:
+        # Native tool calls travel with the request, so prompts with other tool sets go separately.
+        key = (id(r.llm), tuple(t.name for t in r.tools) if r.native else None)
+        groups.setdefault(key, []).append(r)
+    for group in groups.values():
+        llm = group[0].llm
+        t0 = time.perf_counter()
+        if group[0].native:
+            outs = llm.generate([r.prompt for r in group], [r.params for r in group], tools=group[0].tools)
+        else:
+            outs = llm.generate([r.prompt for r in group], [r.params for r in group])
+        dt = time.perf_counter() - t0
+        if len(outs) != len(group):
+            raise NodeError(
+                f"LLM {getattr(llm, 'name', type(llm).__name__)!r} returned {len(outs)} results "
+                f"for {len(group)} prompts"
+            )
+        counted: set[tuple[int, int]] = set()
+        for r in group:
+            if (id(r.run), r.job.run) not in counted:
+                counted.add((id(r.run), r.job.run))
+                r.run.tasks[r.job.run].batches += 1
+        for r, comps in zip(group, outs):
+            r.owner.agent_done(r.run, r, comps[0], dt, len(group), r.res)
 
 
 def _inputs_from(job: Job) -> list[str]:
@@ -165,8 +234,10 @@ class Executor:
         functions: Mapping[str, Callable[[NodeContext], Any]],
         scheduler: Scheduler,
         tools: Mapping[str, Sequence[Tool]] | None = None,
+        subgraphs: Mapping[str, SubgraphDriver] | None = None,
     ) -> None:
         self.graph = graph
+        self.subgraphs = dict(subgraphs or {})
         self.agents = dict(agents)
         self.functions = dict(functions)
         self.scheduler = scheduler
@@ -198,14 +269,32 @@ class Executor:
         generations may produce in this step. Nothing is committed: the
         outcomes become visible when the caller hands them to the scheduler.
         """
+        plan = self.plan(run, jobs, caps)
+        dispatch(plan.requests)
+        return self.finish(plan)
+
+    def plan(self, run: RunState, jobs: Sequence[Job], caps: Mapping[int, int | None]) -> Plan:
+        """The first half of a step: the model calls its agents (and subgraphs) need."""
         res = StepResult()
-        requests: list[_Request] = []
+        requests: list[ModelRequest] = []
+        plan = Plan(run, list(jobs), requests, res)
         for j in jobs:
             if j.node in self.agents:
                 self._plan_agent(run, j, caps.get(j.run), requests, res)
-        self._dispatch(run, requests, res)
-        for j in jobs:
+            elif j.node in self.subgraphs:
+                child_requests, handle = self.subgraphs[j.node].begin(run, j)
+                requests.extend(child_requests)
+                plan.children[j.key] = handle
+        return plan
+
+    def finish(self, plan: Plan) -> StepResult:
+        """The second half, once the model calls are answered: Python nodes, interrupts, subgraph steps."""
+        run, res = plan.run, plan.result
+        for j in plan.jobs:
             if j.node in self.agents:
+                continue
+            if j.node in self.subgraphs:
+                self.subgraphs[j.node].end(run, j, plan.children.get(j.key), res)
                 continue
             kind = self.graph.node(j.node).kind
             if kind == "interrupt":
@@ -217,7 +306,7 @@ class Executor:
 
     # -- agents ------------------------------------------------------------------------
     def _plan_agent(
-        self, run: RunState, j: Job, cap: int | None, requests: list[_Request], res: StepResult
+        self, run: RunState, j: Job, cap: int | None, requests: list[ModelRequest], res: StepResult
     ) -> None:
         st = run.tasks[j.run]
         agent = self.agents[j.node]
@@ -241,36 +330,10 @@ class Executor:
             prompt = [dict(m) for m in prog["messages"]]
             turn = int(prog["turns"])
         params = self.params_for(st, j, agent, cap, turn)
-        requests.append(_Request(j, agent.llm, prompt, params, tools, native))
-
-    def _dispatch(self, run: RunState, requests: list[_Request], res: StepResult) -> None:
-        groups: dict[tuple[int, tuple[str, ...] | None], list[_Request]] = {}
-        for r in requests:
-            # Native tool calls travel with the request, so prompts with other tool sets go separately.
-            key = (id(r.llm), tuple(t.name for t in r.tools) if r.native else None)
-            groups.setdefault(key, []).append(r)
-        for group in groups.values():
-            llm = group[0].llm
-            t0 = time.perf_counter()
-            if group[0].native:
-                outs = llm.generate(
-                    [r.prompt for r in group], [r.params for r in group], tools=group[0].tools
-                )
-            else:
-                outs = llm.generate([r.prompt for r in group], [r.params for r in group])
-            dt = time.perf_counter() - t0
-            if len(outs) != len(group):
-                raise NodeError(
-                    f"LLM {getattr(llm, 'name', type(llm).__name__)!r} returned {len(outs)} results "
-                    f"for {len(group)} prompts"
-                )
-            for k in {r.job.run for r in group}:
-                run.tasks[k].batches += 1
-            for r, comps in zip(group, outs):
-                self._agent_done(run, r, comps[0], dt, len(group), res)
+        requests.append(ModelRequest(j, agent.llm, prompt, params, tools, native, self, run, res))
 
     def _agent_event(
-        self, run: RunState, r: _Request, c: Completion, dt: float, batch: int, **meta: Any
+        self, run: RunState, r: ModelRequest, c: Completion, dt: float, batch: int, **meta: Any
     ) -> TraceEvent:
         ns = self.graph.node(r.job.node)
         return TraceEvent(
@@ -291,8 +354,8 @@ class Executor:
             meta={"inputs_from": _inputs_from(r.job), **meta},
         )
 
-    def _agent_done(
-        self, run: RunState, r: _Request, c: Completion, dt: float, batch: int, res: StepResult
+    def agent_done(
+        self, run: RunState, r: ModelRequest, c: Completion, dt: float, batch: int, res: StepResult
     ) -> None:
         j = r.job
         st = run.tasks[j.run]

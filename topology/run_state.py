@@ -144,6 +144,8 @@ class TaskState:
         self.events_saved = 0
         self.last_saved_step: int | None = None
         self.progress_saved: tuple[int, int, int | None] | None = None
+        # Subgraphs in progress, live (their saved form is in ``progress``): job key -> the child run.
+        self.live: dict[str, Any] = {}
 
     @property
     def in_flight(self) -> set[str]:

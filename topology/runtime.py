@@ -71,12 +71,12 @@ from societas.agents.tools import Tool, calculator, python_tool
 
 from .checkpoint import Checkpoint, Checkpointer, CheckpointError, ThreadNotFound
 from .conditions import Condition, ConditionView, condition_from_data
-from .executor import Executor, NodeContext, StepResult, SubgraphOutput
+from .executor import Executor, ModelRequest, NodeContext, Plan, StepResult, SubgraphOutput, dispatch
 from .graph import Graph
 from .llm_router import parse_route_answer, retry_prompt, route_prompt
 from .routing import END, RouteContext, RoutingError, normalize_decision
 from .run_state import Budget, NodeError, NodeOutcome, RunState, StopReason, TaskState
-from .scheduler import MessageScheduler, Scheduler
+from .scheduler import MessageScheduler, Scheduler, stable_seed
 from .spec import GraphSpec, RouterSpec
 from .trace import Trace, TraceEvent
 
@@ -108,6 +108,16 @@ class RunEvent:
     node: str | None = None
     event: TraceEvent | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    """A superstep between its halves (see :meth:`Runtime._begin_step`)."""
+
+    plan: Plan
+    tasks: list[int]
+    events: list[RunEvent]
+    t0: float
 
 
 @dataclass
@@ -211,13 +221,14 @@ class Runtime:
         self._agents: dict[str, Agent] = {}
         self._fns: dict[str, Callable[[NodeContext], Any]] = {}
         self._agent_tools: dict[str, list[Tool]] = {}
+        self._subgraphs: dict[str, _SubgraphDriver] = {}
         for nid in self.graph.nodes:
             ns = self.graph.node(nid)
             if ns.kind == "agent":
                 self._agents[nid] = self._make_agent(nid)
                 self._agent_tools[nid] = [self._resolve_tool(nid, i, t) for i, t in enumerate(ns.tools)]
             elif ns.kind == "graph":
-                self._fns[nid] = self._make_subgraph(nid)
+                self._subgraphs[nid] = _SubgraphDriver(nid, self._make_child(nid))
             elif ns.kind in ("function", "tool"):
                 self._fns[nid] = self._resolve_function(nid, ns.function)
         self._routes: dict[str, Any] = {}  # source -> a router function or a router object
@@ -232,7 +243,11 @@ class Runtime:
         # Built once and never written afterwards: what a run changes lives in its RunState.
         sched_cls = MessageScheduler if self.graph.mode == "messages" else Scheduler
         self._scheduler = sched_cls(self.graph, self._agents)
-        self._executor = Executor(self.graph, self._agents, self._fns, self._scheduler, self._agent_tools)
+        for driver in self._subgraphs.values():
+            driver.parent_scheduler = self._scheduler
+        self._executor = Executor(
+            self.graph, self._agents, self._fns, self._scheduler, self._agent_tools, self._subgraphs
+        )
 
     # -- set-up --------------------------------------------------------------
     def _resolve_llms(self, llms: Mapping[str, LLM | str], override: LLM | str | None) -> dict[str, LLM]:
@@ -344,14 +359,15 @@ class Runtime:
             return Tool.from_function(obj)
         raise ValueError(f"node {nid!r} tools[{i}]: {ref!r} is not a Tool or a function")
 
-    def _make_subgraph(self, nid: str) -> Callable[[NodeContext], SubgraphOutput]:
+    def _make_child(self, nid: str) -> Runtime:
         ns = self.graph.node(nid)
         src = ns.graph
-        child_spec = GraphSpec.from_data(src, source=f"nodes[{nid}].graph") if isinstance(src, dict) else None
-        if child_spec is None:
+        if isinstance(src, dict):
+            child_spec = GraphSpec.from_data(src, source=f"nodes[{nid}].graph")
+        else:
             assert isinstance(src, str)
             child_spec = GraphSpec.from_file(src)
-        child = Runtime(
+        return Runtime(
             child_spec,
             llms=self._llm_map,
             llm=self._llm_override,
@@ -360,15 +376,6 @@ class Runtime:
             routers=self._router_objs,
             seed=self.seed,
         )
-
-        def run_child(ctx: NodeContext) -> SubgraphOutput:
-            text = ctx.payload if ctx.payload is not None else "\n\n".join(ctx.inputs.values()) or ctx.task
-            res = child.run(text)
-            if res.stopped is not None:
-                raise NodeError(f"subgraph {child_spec.name!r} stopped: {res.stopped}")
-            return SubgraphOutput(res.output or "", res.trace)
-
-        return run_child
 
     @property
     def agents(self) -> dict[str, Agent]:
@@ -632,29 +639,45 @@ class Runtime:
         """Run supersteps until every task has finished, stopped or paused; yield what happens."""
         ran: set[int] = set()
         while True:
-            jobs = self._scheduler.next_jobs(run)
-            if not jobs:
+            step = self._begin_step(run)
+            if step is None:
                 break
-            in_step = sorted({j.run for j in jobs})
-            for k in in_step:
-                nodes = [j.key for j in jobs if j.run == k]
-                yield RunEvent("step_start", k, run.step, data={"nodes": nodes})
-            for j in jobs:
-                yield RunEvent("node_start", j.run, run.step, node=j.node, data={"instance": j.key})
-            t_step = time.perf_counter()
-            result = self._executor.superstep(run, jobs, self._scheduler.token_caps(run, jobs))
-            yield from self._commit(run, result)
-            ran.update(in_step)
-            for k in in_step:
-                st = run.tasks[k]
-                st.steps += 1
-                self._check_until(run, k, t_step)
-                self._save(run, k)
-            run.step += 1
+            yield from step.events
+            dispatch(step.plan.requests)
+            yield from self._end_step(run, step)
+            ran.update(step.tasks)
         # A message-driven task found idle has ended after its last saved step: mark that step finished.
         for k, st in enumerate(run.tasks):
             if k in ran and st.ended and run.threads and run.threads[k] is not None:
                 self._save(run, k, run.step - 1)
+
+    def _begin_step(self, run: RunState) -> _Step | None:
+        """The first half of a superstep: what runs, and the model calls it needs (None: nothing runs)."""
+        jobs = self._scheduler.next_jobs(run)
+        if not jobs:
+            return None
+        in_step = sorted({j.run for j in jobs})
+        events = [
+            RunEvent("step_start", k, run.step, data={"nodes": [j.key for j in jobs if j.run == k]})
+            for k in in_step
+        ]
+        events += [
+            RunEvent("node_start", j.run, run.step, node=j.node, data={"instance": j.key}) for j in jobs
+        ]
+        t_step = time.perf_counter()
+        plan = self._executor.plan(run, jobs, self._scheduler.token_caps(run, jobs))
+        return _Step(plan, in_step, events, t_step)
+
+    def _end_step(self, run: RunState, step: _Step) -> Iterator[RunEvent]:
+        """The second half, once its model calls are answered: commit, route, check conditions, save."""
+        result = self._executor.finish(step.plan)
+        yield from self._commit(run, result)
+        for k in step.tasks:
+            st = run.tasks[k]
+            st.steps += 1
+            self._check_until(run, k, step.t0)
+            self._save(run, k)
+        run.step += 1
 
     def _commit(self, run: RunState, result: StepResult) -> Iterator[RunEvent]:
         for k, ev in result.events:
@@ -985,3 +1008,111 @@ class Runtime:
             thread=run.threads[k] if run.threads else None,
             ended_by=st.ended_by,
         )
+
+
+class _SubgraphDriver:
+    """A graph node: its subgraph advances one superstep per step of the parent.
+
+    The subgraph's model calls join the parent step's batched calls; its run
+    lives in the task's ``live`` map while it goes on, and its saved form in
+    ``progress`` (so a checkpoint holds it and a resumed run continues it).
+    An interrupt inside it pauses the parent; the answer goes back to it.
+    When it ends, the node's output is the subgraph's answer, and its trace
+    is kept in the event's ``meta["subtrace"]``.
+    """
+
+    def __init__(self, node: str, child: Runtime) -> None:
+        self.node = node
+        self.child = child
+        self.parent_scheduler: Scheduler | None = None  # set by the parent Runtime
+
+    def _child_run(self, run: RunState, j: Any) -> RunState:
+        st = run.tasks[j.run]
+        live = st.live.get(j.key)
+        if live is not None:
+            return live
+        saved = st.progress.get(j.key)
+        child = self.child
+        if saved is not None:
+            cst = TaskState.from_dict(0, saved["task"], child.graph.nodes, child.graph.spec.name)
+            cst.message_driven = isinstance(child._scheduler, MessageScheduler)
+            live = RunState(
+                tasks=[cst],
+                budget=Budget(max_tokens=child.max_tokens, max_calls=child.max_calls),
+                step=int(saved["step"]),
+            )
+        else:
+            if j.payload is not None:
+                text = j.payload
+            else:
+                text = "\n\n".join(t for _, t in j.inputs) or st.task
+            seeds = None
+            if st.seed_key is not None:
+                seeds = [stable_seed(*st.seed_key, self.node, j.round, j.serial)]
+            live = child._start([text], seeds, None)
+        st.live[j.key] = live
+        return live
+
+    def begin(self, run: RunState, j: Any) -> tuple[list[ModelRequest], Any]:
+        st = run.tasks[j.run]
+        live = self._child_run(run, j)
+        cst = live.tasks[0]
+        answers = st.resume.pop(j.key, None)
+        if answers and cst.stopped == "interrupted":
+            cst.resume.setdefault(cst.interrupt["job"], []).extend(answers)
+            cst.stopped = None
+            cst.interrupt = None
+        step = self.child._begin_step(live)
+        return (list(step.plan.requests) if step is not None else []), step
+
+    def end(self, run: RunState, j: Any, handle: Any, res: StepResult) -> None:
+        st = run.tasks[j.run]
+        live = st.live[j.key]
+        child = self.child
+        if handle is not None:
+            for _ in child._end_step(live, handle):
+                pass
+        cst = live.tasks[0]
+        if not cst.finished() and child._scheduler.idle(cst):
+            cst.ended = True
+            cst.ended_by = cst.ended_by or "no messages left"
+        if cst.stopped == "interrupted":
+            st.progress[j.key] = {"task": cst.to_dict(), "step": live.step}
+            res.interrupts.append((j, {"subgraph": self.node, "payload": cst.interrupt["payload"]}))
+            return
+        if not cst.finished():
+            st.progress[j.key] = {"task": cst.to_dict(), "step": live.step}
+            res.carry.append(j)
+            return
+        del st.live[j.key]
+        st.progress.pop(j.key, None)
+        if cst.stopped is not None:
+            raise NodeError(f"subgraph node {self.node!r} ({child.graph.spec.name!r}) stopped: {cst.stopped}")
+        result = child._result(live, 0)
+        ns = child.graph
+        ev = TraceEvent(
+            step=run.step,
+            round=j.round,
+            sender=j.node,
+            receivers=self.child_receivers(run, j),
+            kind="graph",
+            role=None,
+            prompt=[],
+            output=result.output or "",
+            meta={
+                "inputs_from": [s.split(" (")[0] for s, _ in j.inputs],
+                "subgraph": ns.spec.name,
+                "subtrace": {"meta": result.trace.meta, "events": [e.to_dict() for e in result.trace.events]},
+                "subgraph_totals": result.trace.totals().to_dict(),
+            },
+            prompt_tokens=result.trace.totals().prompt_tokens,
+            completion_tokens=result.trace.totals().completion_tokens,
+        )
+        tokens = result.trace.totals().tokens
+        res.outcomes.append(NodeOutcome(j, result.output or "", ev, tokens=None))
+        st.tokens_used += tokens
+        st.calls_used += result.trace.totals().calls
+
+    def child_receivers(self, run: RunState, j: Any) -> list[str]:
+        assert self.parent_scheduler is not None
+        return self.parent_scheduler.receivers(j.node, j.round)

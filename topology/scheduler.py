@@ -144,6 +144,10 @@ class Scheduler:
         """Whether a task with nothing to run has ended (message-driven graphs) rather than being stuck."""
         return False
 
+    def idle(self, st: TaskState) -> bool:
+        """Whether a message-driven task has nothing left to deliver (so it has ended)."""
+        return False
+
     def token_caps(self, run: RunState, jobs: Sequence[Job]) -> dict[int, int | None]:
         """Per task, the most tokens each of its generations in this step may produce.
 
@@ -294,6 +298,9 @@ class MessageScheduler(Scheduler):
             )
         st.sends = []
         return jobs
+
+    def idle(self, st: TaskState) -> bool:
+        return not st.inbox and not st.sends and not st.carry
 
     def ends_when_idle(self, st: TaskState) -> bool:
         if st.inbox:

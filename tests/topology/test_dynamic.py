@@ -540,3 +540,79 @@ def test_arun_and_astream_match_the_synchronous_run():
     res, types = asyncio.run(go())
     assert res.output == rt.run("t").output
     assert types == [e.type for e in rt.stream("t")]
+
+
+def test_subgraphs_advance_with_the_parent_and_share_its_batched_calls():
+    inner = {
+        "name": "inner",
+        "nodes": [
+            {"id": "w", "role": "x", "prompt": "Inner first."},
+            {"id": "v", "role": "x", "prompt": "Inner second."},
+        ],
+        "edges": ["w -> v"],
+    }
+    spec = GraphSpec.from_data(
+        {
+            "name": "outer",
+            "nodes": [
+                _fn("start"),
+                {"id": "s1", "kind": "graph", "graph": inner},
+                {"id": "s2", "kind": "graph", "graph": inner},
+                {"id": "p", "role": "x", "prompt": "Outer."},
+                _fn("join"),
+            ],
+            "edges": ["start -> s1", "start -> s2", "start -> p", "s1 -> join", "s2 -> join", "p -> join"],
+        }
+    )
+    llm = FunctionLLM(
+        lambda m: m[0]["content"].split()[0].lower() + "-" + m[0]["content"].split()[-1].rstrip(".")
+    )
+    rt = Runtime(
+        spec, llm=llm, functions={"start": lambda c: "go", "join": lambda c: "|".join(sorted(c.inputs))}
+    )
+    res = rt.run("t")
+    assert llm.batch_sizes == [
+        3,
+        2,
+    ]  # both subgraphs' first agents with the parent's agent, then their second ones
+    assert res.output == "p|s1|s2"
+    assert res.outputs["s1"] == ["inner-second"]
+    ev = res.trace.by_sender("s1")[0]
+    assert ev.kind == "graph" and [e["sender"] for e in ev.meta["subtrace"]["events"]] == ["w", "v"]
+
+
+def test_subgraph_with_a_router_loop_and_an_interrupt_resumes_inside():
+    inner = {
+        "name": "inner",
+        "nodes": [_fn("count"), {"id": "ask", "kind": "interrupt", "prompt": "More?"}],
+        "edges": ["ask -> count"],
+        "routers": [{"source": "count", "function": "again", "targets": ["count", "ask", "END"]}],
+    }
+    spec = GraphSpec.from_data(
+        {
+            "name": "outer",
+            "nodes": [{"id": "sub", "kind": "graph", "graph": inner}, _fn("after")],
+            "edges": ["sub -> after"],
+        }
+    )
+
+    def count(ctx):
+        ctx.state["n"] = ctx.state.get("n", 0) + 1
+        return str(ctx.state["n"])
+
+    def again(ctx):
+        n = int(ctx.output)
+        return "count" if n < 2 else ("ask" if n == 2 else END)
+
+    rt = Runtime(
+        spec,
+        checkpointer=MemoryCheckpointer(),
+        functions={"count": count, "again": again, "after": lambda c: f"after {c.inputs['sub']}"},
+    )
+    res = rt.run("t", thread="s")
+    assert res.interrupted and res.interrupt == {
+        "subgraph": "sub",
+        "payload": {"node": "ask", "question": "More?", "inputs": {"count": "2"}},
+    }
+    res = rt.resume("s", "yes")
+    assert res.output == "after 3"
