@@ -245,7 +245,7 @@ def _ask(payload: Any) -> str:
         question = str(payload["question"])
     else:
         question = json.dumps(payload)
-    return typer.prompt(question)
+    return typer.prompt(question, err=True)  # on stderr: with --json, stdout holds only the result
 
 
 def _execute(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import sqlite3
 import subprocess
@@ -115,3 +116,25 @@ def test_checkpoint_and_thread_go_together(tmp_path):
         ["run", str(spec), "--task", "go", "--thread", "t"], {"SOCIETAS_TEST_LOG": str(tmp_path / "l")}
     )
     assert proc.returncode == 2 and "go together" in proc.stderr
+
+
+def test_at_a_terminal_the_cli_asks_the_interrupt_and_goes_on(tmp_path):
+    spec = tmp_path / "approval.yaml"
+    spec.write_text(APPROVAL)
+    master, slave = pty.openpty()
+    os.write(master, b"ship\n")  # the answer waits in the terminal's input
+    proc = subprocess.run(
+        [sys.executable, "-m", "societas.topology", "run", str(spec), "--task", "go", "--json"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "SOCIETAS_TEST_LOG": str(tmp_path / "log.txt")},
+        stdin=slave,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    os.close(slave)
+    os.close(master)
+    assert proc.returncode == 0, proc.stderr
+    assert "Ship it?" in proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["output"] == "c(ship)" and out["stopped"] is None
