@@ -85,6 +85,7 @@ test-fast: setup
 bench: setup
 	@$(PY) -c "import langgraph, vmas" 2>/dev/null || $(PIP) install -e '.[test,dev]'
 	$(PY) benchmarks/runtime_batching.py
+	$(PY) benchmarks/dynamic_graphs.py
 	$(PY) benchmarks/cfr_speed.py
 	$(PY) benchmarks/evolve_throughput.py
 	$(PY) benchmarks/psro_speed.py

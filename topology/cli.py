@@ -492,9 +492,12 @@ def resume(
     try:
         with SqliteCheckpointer(checkpoint) as cp:
             ck = cp.latest(thread)
+            # The spec is saved with a thread's first checkpoint (and with a fork's).
+            spec_data = next(
+                (c.meta.get("spec") for c in cp.list(thread, light=True) if "spec" in c.meta), None
+            )
     except CheckpointError as exc:
         _fail(f"--checkpoint {checkpoint}: {exc}")
-    spec_data = ck.meta.get("spec")
     if not isinstance(spec_data, dict):
         _fail(f"--checkpoint {checkpoint}: thread {thread!r} was saved without its graph spec")
     try:

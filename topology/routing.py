@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 __all__ = [
     "END",
     "BatchRouter",
+    "OutputHistory",
     "RouteContext",
     "RouteDecision",
     "Router",
@@ -51,6 +52,43 @@ class Send:
     payload: str
 
 
+class OutputHistory(Sequence[tuple[str, str]]):
+    """The ``(node, text)`` outputs of a run so far, read from its trace only when a router asks.
+
+    Building the list for every decision cost a loop a time that grew with
+    its length; most routers never look at it.
+    """
+
+    def __init__(self, events: Sequence[Any], upto: int | None = None) -> None:
+        self._events = events
+        self._upto = len(events) if upto is None else upto
+        self._items: list[tuple[str, str]] | None = None
+
+    def _all(self) -> list[tuple[str, str]]:
+        if self._items is None:
+            self._items = [
+                (e.sender, e.output)
+                for e in self._events[: self._upto]
+                if e.kind not in ("router", "tool_call") and not e.meta.get("partial")
+            ]
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[str, str]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[str, str] | Sequence[tuple[str, str]]:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"OutputHistory({self._all()!r})"
+
+
 @dataclass(frozen=True)
 class RouteContext:
     """What a router sees when it routes one output.
@@ -71,7 +109,7 @@ class RouteContext:
     inputs: tuple[tuple[str, str], ...] = ()
     descriptions: dict[str, str] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
-    history: tuple[tuple[str, str], ...] = ()
+    history: Sequence[tuple[str, str]] = ()
     task_index: int = 0
 
 

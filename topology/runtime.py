@@ -74,7 +74,7 @@ from .conditions import Condition, ConditionView, condition_from_data
 from .executor import Executor, ModelRequest, NodeContext, Plan, StepResult, SubgraphOutput, dispatch
 from .graph import Graph
 from .llm_router import parse_route_answer, retry_prompt, route_prompt
-from .routing import END, RouteContext, RoutingError, normalize_decision
+from .routing import END, OutputHistory, RouteContext, RoutingError, normalize_decision
 from .run_state import Budget, NodeError, NodeOutcome, RunState, StopReason, TaskState
 from .scheduler import MessageScheduler, Scheduler, stable_seed
 from .spec import GraphSpec, RouterSpec
@@ -232,6 +232,16 @@ class Runtime:
             elif ns.kind in ("function", "tool"):
                 self._fns[nid] = self._resolve_function(nid, ns.function)
         self._routes: dict[str, Any] = {}  # source -> a router function or a router object
+        self._route_descriptions: dict[str, dict[str, str]] = {}  # what each router's targets are for
+        for r in spec.routers:
+            desc: dict[str, str] = {}
+            for t in r.targets:
+                if t in r.labels:
+                    desc[t] = r.labels[t]
+                elif t != END:
+                    ns = self.graph.node(t)
+                    desc[t] = ns.meta.get("description") or ns.role or ns.kind
+            self._route_descriptions[r.source] = desc
         for r in spec.routers:
             if r.kind == "function":
                 self._routes[r.source] = self._resolve_function(f"router on {r.source}", r.function)
@@ -510,7 +520,8 @@ class Runtime:
                 for m in msgs:
                     if m[0] == node and m[1] == old:
                         m[1] = text
-        return cp.put(new_thread, step, self.fingerprint, data, {**ck.meta, "forked_from": [thread, step]})
+        meta = {**ck.meta, "spec": self._spec_data, "forked_from": [thread, step]}
+        return cp.put(new_thread, step, self.fingerprint, data, meta)
 
     def _load(self, thread: str, value: Any) -> RunState:
         cp = self._need_checkpointer()
@@ -583,11 +594,12 @@ class Runtime:
         state = {"task": st.to_dict(events_from=base), "step": step, "prev_step": prev}
         meta = {
             "graph_name": self.graph.spec.name,
-            "spec": self._spec_data,
             "finished": st.finished(),
             "stopped": st.stopped,
             "interrupted": st.stopped == "interrupted",
         }
+        if prev is None:
+            meta["spec"] = self._spec_data  # once per thread, so that it resumes from the file alone
         cp.put(thread, step, self.fingerprint, state, meta)
         st.progress_saved = (step, base, prev)
         st.events_saved = len(st.trace.events)
@@ -731,16 +743,8 @@ class Runtime:
     # -- routing ---------------------------------------------------------------------
     def _route_context(self, run: RunState, o: NodeOutcome, r: RouterSpec) -> RouteContext:
         st = run.tasks[o.job.run]
-        desc = {}
-        for t in r.targets:
-            if t in r.labels:
-                desc[t] = r.labels[t]
-            elif t != END:
-                ns = self.graph.node(t)
-                desc[t] = ns.meta.get("description") or ns.role or ns.kind
-        history = tuple(
-            (e.sender, e.output) for e in st.trace.events if e.kind not in ("router", "tool_call")
-        )
+        desc = self._route_descriptions[r.source]
+        history = OutputHistory(st.trace.events)
         return RouteContext(
             source=o.job.node,
             output=o.text,

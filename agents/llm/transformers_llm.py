@@ -40,6 +40,17 @@ from .gqa_attention import use_gqa_sdpa
 log = logging.getLogger(__name__)
 
 
+def _common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """How many first tokens all ``rows`` share."""
+    first = rows[0]
+    n = min(len(r) for r in rows)
+    for i in range(n):
+        t = first[i]
+        if any(r[i] != t for r in rows):
+            return i
+    return n
+
+
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """``"auto"`` → CUDA when present, else CPU."""
     if device is None or device == "auto":
@@ -117,6 +128,9 @@ class TransformersLLM:
         self.eos_ids = self._eos_ids()
         self.calls = 0
         self.prefill_rows = 0  # prompts actually encoded (identical prompts share one)
+        self.prefix_tokens_saved = 0  # prompt tokens not encoded again thanks to a shared prefix
+        # Distinct prompts of a batch that agree on at least this many first tokens encode them once.
+        self.min_shared_prefix = 32
         params = inspect.signature(self.model.forward).parameters
         self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self._rng = torch.Generator(device="cpu")
@@ -220,24 +234,40 @@ class TransformersLLM:
             inverse.append(first[k])
         shared = len(uniq) < B
         self.prefill_rows += len(uniq)
-        u = torch.tensor(uniq, device=dev) if shared else None
-        # Only the last position's logits are needed: computing the vocabulary
-        # projection for every prompt token would dominate the prefill.
-        out = self.model(
-            input_ids=input_ids[u] if shared else input_ids,
-            attention_mask=attn[u] if shared else attn,
-            position_ids=pos[u] if shared else pos,
-            past_key_values=cache,
-            use_cache=True,
-            **self._keep_last,
-        )
-        logits = out.logits[:, -1, :].float().cpu()
-        cache = out.past_key_values
-        if shared:
-            inv = torch.tensor(inverse)
-            cache.batch_select_indices(inv.to(dev))
-            logits = logits.index_select(0, inv)
-        last_pos = pos[:, -1:]
+        uniq_ids = [prompt_ids[r] for r in uniq]
+        common = _common_prefix(uniq_ids) if len(uniq) > 1 else 0
+        common = min(common, min(len(x) for x in uniq_ids) - 1)  # every row keeps a token of its own
+        if common >= self.min_shared_prefix:
+            # The distinct prompts start alike (the agents of a step share their system prompt and
+            # tool schemas): that prefix is encoded once, its KV rows copied, then each prompt's own
+            # rest follows, left-padded after the prefix, so the batch pays the shared part once.
+            logits, cache, attn, last_pos = self._prefill_shared_prefix(uniq_ids, common, cache)
+            self.prefix_tokens_saved += common * (len(uniq) - 1)
+            if shared:
+                inv = torch.tensor(inverse)
+                cache.batch_select_indices(inv.to(dev))
+                logits = logits.index_select(0, inv)
+                attn = attn.index_select(0, inv.to(dev))
+                last_pos = last_pos.index_select(0, inv.to(dev))
+        else:
+            u = torch.tensor(uniq, device=dev) if shared else None
+            # Only the last position's logits are needed: computing the vocabulary
+            # projection for every prompt token would dominate the prefill.
+            out = self.model(
+                input_ids=input_ids[u] if shared else input_ids,
+                attention_mask=attn[u] if shared else attn,
+                position_ids=pos[u] if shared else pos,
+                past_key_values=cache,
+                use_cache=True,
+                **self._keep_last,
+            )
+            logits = out.logits[:, -1, :].float().cpu()
+            cache = out.past_key_values
+            if shared:
+                inv = torch.tensor(inverse)
+                cache.batch_select_indices(inv.to(dev))
+                logits = logits.index_select(0, inv)
+            last_pos = pos[:, -1:]
         step = 0
         while active:
             step += 1
@@ -303,6 +333,48 @@ class TransformersLLM:
                 )
             )
         return comps
+
+    def _prefill_shared_prefix(
+        self, rows: list[list[int]], common: int, cache: Any
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Prefill ``rows`` whose first ``common`` tokens agree: the prefix once, then the rests.
+
+        Returns the last-position logits (on the CPU), the cache, the attention
+        mask (prefix, then padding, then each row's rest) and each row's last position.
+        """
+        dev = self.device
+        U = len(rows)
+        pad = int(self.tokenizer.pad_token_id)
+        prefix = torch.tensor([rows[0][:common]], dtype=torch.long, device=dev)
+        out = self.model(
+            input_ids=prefix,
+            attention_mask=torch.ones_like(prefix),
+            position_ids=torch.arange(common, device=dev).unsqueeze(0),
+            past_key_values=cache,
+            use_cache=True,
+            **self._keep_last,
+        )
+        cache = out.past_key_values
+        cache.batch_select_indices(torch.zeros(U, dtype=torch.long, device=dev))
+        Ls = max(len(x) - common for x in rows)
+        rest = torch.full((U, Ls), pad, dtype=torch.long)
+        attn = torch.zeros((U, common + Ls), dtype=torch.long)
+        attn[:, :common] = 1
+        for i, x in enumerate(rows):
+            tail = x[common:]
+            rest[i, Ls - len(tail) :] = torch.tensor(tail)
+            attn[i, common + Ls - len(tail) :] = 1
+        rest, attn = rest.to(dev), attn.to(dev)
+        pos = common + (attn[:, common:].cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=rest,
+            attention_mask=attn,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            **self._keep_last,
+        )
+        return out.logits[:, -1, :].float().cpu(), out.past_key_values, attn, pos[:, -1:]
 
     def _hits_stop(self, toks: list[int], stop: Sequence[str]) -> bool:
         # Only the tail can complete a stop string; decode enough of it.

@@ -245,3 +245,29 @@ def test_identical_prompts_share_one_prefill_and_match_separate_calls(tiny_llm):
         assert c.logprobs == pytest.approx(
             _full_forward_logprobs(tiny_llm, PROMPTS[3], c.token_ids), abs=2e-4
         )
+
+
+def test_distinct_prompts_with_a_common_prefix_encode_it_once_and_match_separate_calls(tiny_llm):
+    system = "You solve problems with tools. " * 16  # the system prompt and tool schemas agents share
+    prompts = [
+        [{"role": "system", "content": system}, {"role": "user", "content": q}]
+        for q in ("What is 2+2?", "Name a colour, any colour at all.", "Sort [3, 1, 2].", "What is 2+2?")
+    ]
+    p = SamplingParams(temperature=1.0, max_new_tokens=9, seed=3, logprobs=True)
+    ids = tiny_llm.encode_prompts(prompts[:3])
+    common = next(i for i in range(min(map(len, ids))) if len({x[i] for x in ids}) > 1)
+    assert common >= tiny_llm.min_shared_prefix
+    before = tiny_llm.prefix_tokens_saved
+    together = tiny_llm.generate(prompts, p)
+    assert tiny_llm.prefix_tokens_saved - before == common * 2  # three distinct prompts, the prefix once
+    for i, prompt in enumerate(prompts):
+        alone = tiny_llm.generate([prompt], p)[0][0]
+        assert together[i][0].token_ids == alone.token_ids
+        assert together[i][0].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    # with sharing switched off the batch gives the same samples
+    old, tiny_llm.min_shared_prefix = tiny_llm.min_shared_prefix, 10**9
+    try:
+        plain = tiny_llm.generate(prompts, p)
+    finally:
+        tiny_llm.min_shared_prefix = old
+    assert [c[0].token_ids for c in plain] == [c[0].token_ids for c in together]
