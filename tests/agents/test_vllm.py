@@ -448,6 +448,91 @@ def test_load_weights_rejects_bad_state_dicts_without_touching_the_engine(vllm_l
     assert [r[0].token_ids for r in vllm_llm.generate(PROMPTS[:2], p)] == before
 
 
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nYou may call tools.\n<tools>\n"
+    "{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>\n"
+    'Call one with <tool_call>{"name": ..., "arguments": {...}}</tool_call>.<|im_end|>\n{% endif %}'
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{% elif m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}<tool_call>"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}</tool_call>'
+    "{% endfor %}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.slow
+def test_native_tool_calls_through_the_template_and_vllms_parser(vllm_llm):
+    from societas.agents import FunctionLLM  # noqa: F401  (the agents package loads with vLLM present)
+    from societas.agents.tools import tool
+    from societas.topology import GraphSpec, Runtime
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    assert not vllm_llm.supports_native_tools
+    with pytest.raises(ValueError, match="does not render tools"):
+        vllm_llm.set_tool_parser("hermes")  # the embedded model's own template shows no tools
+    with pytest.raises(ValueError, match=r"generate\(\.\.\., tools|cannot take tools"):
+        vllm_llm.generate(PROMPTS[:1], GREEDY, tools=[add])
+    old = vllm_llm.tokenizer.chat_template
+    vllm_llm.tokenizer.chat_template = HERMES_TEMPLATE
+    try:
+        with pytest.raises(ValueError, match="unknown vLLM tool parser 'nope'.*hermes"):
+            vllm_llm.set_tool_parser("nope")
+        vllm_llm.set_tool_parser("hermes")
+        assert vllm_llm.supports_native_tools
+        history = [
+            {"role": "user", "content": "add 2 and 3"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "5"},
+        ]
+        text = vllm_llm.render_with_tools(history, [add])
+        assert '"name": "add"' in text and "<tool_response>5</tool_response>" in text
+        assert '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>' in text
+        content, calls, errors = vllm_llm.parse_tool_output(
+            'Let me add. <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>', [add]
+        )
+        assert content.strip() == "Let me add." and errors == []
+        assert [(c.name, c.arguments) for c in calls] == [("add", {"a": 1, "b": 2})]
+        _, calls, errors = vllm_llm.parse_tool_output(
+            '<tool_call>{"name": "mul", "arguments": {"a": 1}}</tool_call>', [add]
+        )
+        assert calls[0].error and "unknown tool 'mul'" in errors[0]
+        plain = vllm_llm.generate(PROMPTS[:1], GREEDY)[0][0]
+        out = vllm_llm.generate(PROMPTS[:1], GREEDY, tools=[add])[0][0]
+        assert out.tool_calls is not None and plain.tool_calls is None
+        assert out.usage.prompt_tokens > plain.usage.prompt_tokens  # the tools are in the prompt
+        # the Runtime passes tools natively: no text-protocol system prompt of its own
+        spec = GraphSpec.from_data(
+            {
+                "name": "t",
+                "nodes": [
+                    {
+                        "id": "x",
+                        "role": "s",
+                        "prompt": "Solve.",
+                        "tools": ["add"],
+                        "params": {"temperature": 0, "max_new_tokens": 8},
+                    }
+                ],
+            }
+        )
+        res = Runtime(spec, llm=vllm_llm, tools=[add]).run("add 2 and 3")
+        first = res.trace[0]
+        assert first.prompt[0]["content"] == "Solve." and "<tools>" not in first.prompt[0]["content"]
+    finally:
+        vllm_llm.set_tool_parser(None)
+        vllm_llm.tokenizer.chat_template = old
+
+
 @pytest.mark.slow
 def test_repr_name_and_close(embedded_dir, vllm_llm):
     """Last in this module: it shuts the shared engine down."""
