@@ -412,6 +412,7 @@ class VLLMLLM:
         for k, tc in enumerate(info.tool_calls):
             name = tc.function.name
             call_id = tc.id or f"call_{k}"
+            err: str | None
             try:
                 args = json.loads(tc.function.arguments or "{}")
             except json.JSONDecodeError as exc:
