@@ -66,6 +66,7 @@ from .base import (
     encode_with_tokenizer,
     render_with_tokenizer,
 )
+from .openai_compat import tool_prompt_messages
 
 log = logging.getLogger(__name__)
 
@@ -370,8 +371,6 @@ class VLLMLLM:
         ``prompt`` may hold assistant turns with ``tool_calls`` and ``tool``
         turns (as the Runtime's tool loop writes them).
         """
-        from .openai_compat import tool_prompt_messages  # noqa: PLC0415
-
         msgs = tool_prompt_messages(prompt)
         for m in msgs:
             if m.get("content") is None:
