@@ -61,7 +61,6 @@ __all__ = [
     "Plan",
     "StepResult",
     "SubgraphDriver",
-    "SubgraphOutput",
     "dispatch",
     "interrupt",
 ]
@@ -85,14 +84,6 @@ class NodeContext:
     messages: list[tuple[str, str]] = field(default_factory=list)  # every (sender, text), repeats kept
 
     # ``inputs`` keeps one text per sender (the last); a reducer after a Send fan-out reads ``messages``.
-
-
-@dataclass
-class SubgraphOutput:
-    """What a graph node's callable returns: the subgraph's answer and its trace (nested in the parent's)."""
-
-    text: str
-    trace: Trace
 
 
 @dataclass
@@ -528,14 +519,6 @@ class Executor:
         finally:
             _RESUME.reset(token)
         st.resume.pop(j.key, None)
-        extra: dict[str, Any] = {}
-        if isinstance(value, SubgraphOutput):
-            extra["subtrace"] = {
-                "meta": value.trace.meta,
-                "events": [e.to_dict() for e in value.trace.events],
-            }
-            extra["subgraph_totals"] = value.trace.totals().to_dict()
-            value = value.text
         text = value if isinstance(value, str) else str(value)
         ev = TraceEvent(
             step=run.step,
@@ -550,7 +533,6 @@ class Executor:
             meta={
                 "inputs_from": _inputs_from(j),
                 **({"resumed": slot.values} if slot.values else {}),
-                **extra,
             },
         )
         res.outcomes.append(NodeOutcome(j, text, ev))

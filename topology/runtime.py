@@ -71,7 +71,7 @@ from societas.agents.tools import Tool, calculator, python_tool
 
 from .checkpoint import Checkpoint, Checkpointer, CheckpointError, ThreadNotFound
 from .conditions import Condition, ConditionView, condition_from_data
-from .executor import Executor, ModelRequest, NodeContext, Plan, StepResult, SubgraphOutput, dispatch
+from .executor import Executor, ModelRequest, NodeContext, Plan, StepResult, dispatch
 from .graph import Graph
 from .llm_router import parse_route_answer, retry_prompt, route_prompt
 from .routing import END, OutputHistory, RouteContext, RoutingError, normalize_decision
@@ -82,7 +82,7 @@ from .trace import Trace, TraceEvent
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NodeContext", "NodeError", "RunEvent", "RunResult", "Runtime", "SubgraphOutput"]
+__all__ = ["NodeContext", "NodeError", "RunEvent", "RunResult", "Runtime"]
 
 RunEventType = Literal[
     "step_start", "node_start", "node_output", "router", "tool_call", "tool_result", "interrupt", "run_end"
