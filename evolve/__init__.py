@@ -11,14 +11,22 @@ with held-out scoring against baselines in :mod:`societas.evolve.held_out`) and 
 discovery tasks of arXiv 2602.16928 (``evolve/tasks/``: ``cfr``, ``psro``). Task directories
 written for OpenEvolve (``initial_program.py`` + ``evaluator.py`` +
 ``config.yaml``) run unchanged: ``python -m societas.evolve run TASK_DIR``.
+
+Importing the package stays light: a task's evaluator imports
+``societas.evolve.task_settings`` inside every sandboxed evaluation, so the
+modules that pull in the LLM stack or matplotlib (the controller, the
+mutations, the report) load on first use of their names (PEP 562).
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .config import ConfigError, EvolveConfig, load_config, parse_config
-from .controller import Controller, RunError, RunResult
 from .database import Population, ProgramStore
 from .evaluator import EvalOutcome, TaskError, TaskEvaluator, run_evaluation
 from .executors import ExecutorError, ProcessExecutor, RayExecutor, make_executor
-from .mutation import LLMEnsemble, MutationError, Mutator, apply_llm_answer
 from .program import (
     Program,
     extract_evolve_blocks,
@@ -26,8 +34,30 @@ from .program import (
     fitness_of,
     replace_evolve_blocks,
 )
-from .report import write_report
 from .task import Task, load_task
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from .controller import Controller, RunError, RunResult
+    from .mutation import LLMEnsemble, MutationError, Mutator, apply_llm_answer
+    from .report import write_report
+
+_LAZY = {
+    "Controller": "controller",
+    "RunError": "controller",
+    "RunResult": "controller",
+    "LLMEnsemble": "mutation",
+    "MutationError": "mutation",
+    "Mutator": "mutation",
+    "apply_llm_answer": "mutation",
+    "write_report": "report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ConfigError",

@@ -94,7 +94,7 @@ _MAX_ARTIFACT = 8000
 TASK_SETTINGS_FILE = "task_settings.json"
 
 _HARNESS = r"""
-import importlib.util, json, math, os, sys, traceback
+import importlib.util, json, math, os, signal, sys, traceback
 _nonce = sys.stdin.readline().strip()
 def _emit(payload, _nonce=_nonce):
     def default(value):
@@ -105,28 +105,59 @@ def _emit(payload, _nonce=_nonce):
     text = json.dumps(payload, default=default)
     sys.stdout.flush()
     os.write(1, ("\n__EVOLVE_RESULT__" + _nonce + " " + text + "\n").encode())
-stage, evaluator_path = sys.argv[1], sys.argv[2]
+def _fitness(metrics):
+    # societas.evolve.program.fitness_of: combined_score, else the mean of the finite numbers
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if "combined_score" in metrics and number(metrics["combined_score"]):
+        return float(metrics["combined_score"])
+    values = [float(v) for v in metrics.values() if number(v)]
+    return sum(values) / len(values) if values else None
+def _timeout(signum, frame):
+    raise TimeoutError("the stage ran past its time limit")
+stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
+thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
 sys.path.insert(0, os.path.dirname(evaluator_path))
-try:
-    spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["evaluator"] = module
-    spec.loader.exec_module(module)
-    result = getattr(module, stage)(os.path.abspath("program.py"))
-except BaseException as exc:
-    traceback.print_exc()
-    _emit({"error": stage + " raised " + type(exc).__name__ + ": " + str(exc)[:500]})
+signal.signal(signal.SIGALRM, _timeout)
+merged = {}
+module = None
+for index, stage in enumerate(stages):
+    sys.stderr.write("\n__EVOLVE_STAGE__" + _nonce + " " + stage + "\n")
     sys.stderr.flush()
-    os._exit(1)
-if hasattr(result, "metrics"):
-    payload = {"metrics": getattr(result, "metrics"), "artifacts": getattr(result, "artifacts", None) or {}}
-else:
-    payload = {"metrics": result, "artifacts": {}}
-if not isinstance(payload["metrics"], dict):
-    payload = {"error": stage + " returned " + type(payload["metrics"]).__name__ + ", expected a dict of metrics"}
-else:
+    signal.setitimer(signal.ITIMER_REAL, stage_timeout)
+    try:
+        if module is None:
+            spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["evaluator"] = module
+            spec.loader.exec_module(module)
+        result = getattr(module, stage)(os.path.abspath("program.py"))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException as exc:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        traceback.print_exc()
+        if isinstance(exc, TimeoutError) and str(exc) == "the stage ran past its time limit":
+            _emit({"stage": stage, "error": "timeout after %g s (the stage's time limit)" % stage_timeout})
+        else:
+            _emit({"stage": stage, "error": stage + " raised " + type(exc).__name__ + ": " + str(exc)[:500]})
+        sys.stderr.flush()
+        os._exit(1)
+    if hasattr(result, "metrics"):
+        payload = {"metrics": getattr(result, "metrics"), "artifacts": getattr(result, "artifacts", None) or {}}
+    else:
+        payload = {"metrics": result, "artifacts": {}}
+    if not isinstance(payload["metrics"], dict):
+        kind = type(payload["metrics"]).__name__
+        _emit({"stage": stage, "error": stage + " returned " + kind + ", expected a dict of metrics"})
+        os._exit(1)
     payload["artifacts"] = {str(k): str(v) for k, v in dict(payload["artifacts"]).items()}
-_emit(payload)
+    payload["stage"] = stage
+    _emit(payload)
+    merged.update(payload["metrics"])
+    if index < len(stages) - 1 and index < len(thresholds):
+        score = _fitness(merged)
+        if score is None or score < thresholds[index]:
+            break
 """
 
 # Tasks written for newer OpenEvolve return ``openevolve.evaluation_result.EvaluationResult``.
@@ -242,51 +273,88 @@ def probe_sandbox(config: EvaluatorConfig) -> str:
     return result.backend
 
 
+def _split_stderr(stderr: str, nonce: str) -> dict[str, str]:
+    """The harness's stderr cut at its stage markers: ``{stage: what it wrote}``."""
+    marker = "__EVOLVE_STAGE__" + nonce + " "
+    parts: dict[str, str] = {}
+    stage = None
+    for line in stderr.splitlines(keepends=True):
+        if line.startswith(marker):
+            stage = line[len(marker) :].strip()
+            parts.setdefault(stage, "")
+        elif stage is not None:
+            parts[stage] += line
+        else:
+            parts.setdefault("", "")
+            parts[""] += line
+    return {k: v.strip("\n") + "\n" if v.strip() else "" for k, v in parts.items()}
+
+
 def run_evaluation(job: EvalJob) -> EvalOutcome:
-    """Run the cascade for one candidate; never raises for anything the candidate does."""
+    """Run the cascade for one candidate; never raises for anything the candidate does.
+
+    All stages run in one sandboxed process (the interpreter, torch and the
+    evaluator are loaded once), each under its own ``timeout_s`` (an interval
+    timer in the process) and all together under ``timeout_s`` times the
+    number of stages (the sandbox's wall clock). The process applies the
+    cascade thresholds itself and stops early; the result of each stage
+    travels back on its own line.
+    """
     started = time.monotonic()
-    sandbox = _sandbox(job.sandbox, job.timeout_s, job.memory_mb, job.max_processes, job.pythonpath)
-    backend: str | None = None
+    total_timeout = job.timeout_s * len(job.stages) + 5.0
+    sandbox = _sandbox(job.sandbox, total_timeout, job.memory_mb, job.max_processes, job.pythonpath)
     files = {"program.py": job.code, **_OPENEVOLVE_SHIM}
     if job.task_settings:
         files[TASK_SETTINGS_FILE] = job.task_settings
     metrics: dict[str, float] = {}
     artifacts: dict[str, str] = {}
+    nonce = secrets.token_hex(16)
+    args = [
+        json.dumps(list(job.stages)),
+        job.evaluator_path,
+        json.dumps(list(job.thresholds)),
+        str(job.timeout_s),
+    ]
+    try:
+        result = sandbox.run(_HARNESS, files=files, args=args, stdin=nonce + "\n")
+    except SandboxError as exc:
+        artifacts["failure"] = f"{job.stages[0]}: the sandbox could not run the evaluation: {exc}"
+        return EvalOutcome("failed", metrics, artifacts, 1, time.monotonic() - started, None)
+    backend = result.backend
+    marker = _MARK + nonce + " "
+    payloads: list[dict[str, Any]] = []
+    for line in result.stdout.splitlines():
+        if line.startswith(marker):
+            try:
+                payloads.append(json.loads(line[len(marker) :]))
+            except json.JSONDecodeError:
+                payloads.append({"error": "the evaluation produced an unreadable result"})
+    stderr = _split_stderr(result.stderr, nonce)
+    stdout = result.stdout.replace(marker, "[result] ") if payloads else result.stdout
+    by_stage = {p.get("stage"): p for p in payloads}
     for index, stage in enumerate(job.stages):
-        nonce = secrets.token_hex(16)
-        try:
-            result = sandbox.run(_HARNESS, files=files, args=[stage, job.evaluator_path], stdin=nonce + "\n")
-        except SandboxError as exc:
-            artifacts["failure"] = f"{stage}: the sandbox could not run the evaluation: {exc}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
-        backend = result.backend
-        payload = None
-        marker = _MARK + nonce + " "
-        for line in result.stdout.splitlines():
-            if line.startswith(marker):
-                try:
-                    payload = json.loads(line[len(marker) :])
-                except json.JSONDecodeError:
-                    payload = {"error": f"{stage} produced an unreadable result"}
-        if result.stderr.strip():
-            artifacts[f"{stage}_stderr"] = _tail(result.stderr)
-        stdout = result.stdout.replace(marker, "[result] ") if payload is not None else result.stdout
-        if stdout.strip():
+        seconds = time.monotonic() - started
+        if stderr.get(stage, "").strip():
+            artifacts[f"{stage}_stderr"] = _tail(stderr[stage])
+        payload = by_stage.get(stage)
+        last = payload is None or index == len(job.stages) - 1
+        if last and stdout.strip():
             artifacts[f"{stage}_stdout"] = _tail(stdout, 2000)
-        if result.killed_by is not None or payload is None or "error" in payload or not result.ok:
-            if result.killed_by is not None:
-                reason = result.describe()
-            elif payload is not None and "error" in payload:
+        if payload is None or "error" in payload:
+            if payload is not None:
                 reason = payload["error"]
+            elif result.killed_by is not None:
+                reason = result.describe()
             else:
-                reason = f"{result.describe()}: {_last_line(result.stderr) or 'no result reported'}"
+                detail = _last_line(stderr.get(stage, "") or stderr.get("", ""))
+                reason = f"{result.describe()}: {detail or 'no result reported'}"
             artifacts["failure"] = f"{stage}: {reason}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
+            return EvalOutcome("failed", metrics, artifacts, index + 1, seconds, backend)
         try:
             stage_metrics = validate_metrics(payload.get("metrics"))
         except ValueError as exc:
             artifacts["failure"] = f"{stage}: invalid metrics: {exc}"
-            return EvalOutcome("failed", metrics, artifacts, index + 1, time.monotonic() - started, backend)
+            return EvalOutcome("failed", metrics, artifacts, index + 1, seconds, backend)
         metrics.update(stage_metrics)
         for key, value in (payload.get("artifacts") or {}).items():
             artifacts[key] = _tail(str(value))
@@ -296,7 +364,11 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
                 artifacts["cascade"] = (
                     f"stopped after {stage}: fitness {score} below threshold {job.thresholds[index]}"
                 )
-                return EvalOutcome("ok", metrics, artifacts, index + 1, time.monotonic() - started, backend)
+                return EvalOutcome("ok", metrics, artifacts, index + 1, seconds, backend)
+    if not result.ok:
+        # Every stage reported, yet the process did not end cleanly (killed while exiting, ...).
+        artifacts["failure"] = f"{job.stages[-1]}: {result.describe()}"
+        return EvalOutcome("failed", metrics, artifacts, len(job.stages), time.monotonic() - started, backend)
     return EvalOutcome("ok", metrics, artifacts, len(job.stages), time.monotonic() - started, backend)
 
 
