@@ -65,7 +65,7 @@ from .evaluator import TaskError, probe_sandbox
 from .executors import Executor, ExecutorError, make_executor
 from .mutation import LLMEnsemble
 from .report import UNCONFINED_WARNING, write_report
-from .task import Task, load_task
+from .task import Task, load_seed_programs, load_task
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Evolutionary discovery of algorithm code."
@@ -258,6 +258,11 @@ def run(
         "evaluator.sandbox says otherwise), bwrap, or rlimit (candidates run UNCONFINED: resource limits "
         "only, no isolation from the network or your files)",
     ),
+    seed_programs: str | None = typer.Option(
+        None,
+        "--seed-programs",
+        help="also start the islands from the task's seed programs (seeds/*.py): 'all' or comma-separated names",
+    ),
     log_level: str = typer.Option("WARNING", "--log-level"),
 ) -> None:
     """Evolve TASK (or resume a run) and print the best score."""
@@ -275,9 +280,10 @@ def run(
     pool: Executor | None = None
     try:
         if resume is not None:
-            if task is not None or config is not None:
+            if task is not None or config is not None or seed_programs is not None:
                 _fail(
-                    "--resume continues a run with its own task and config: give no TASK or --config",
+                    "--resume continues a run with its own task, config and seed programs: "
+                    "give no TASK, --config or --seed-programs",
                     2,
                     as_json,
                 )
@@ -299,6 +305,9 @@ def run(
                 cfg.max_iterations = iterations
             if seed is not None:
                 cfg.random_seed = seed
+            if seed_programs is not None:
+                cfg.seed_programs = [n.strip() for n in seed_programs.split(",") if n.strip()]
+                load_seed_programs(the_task, cfg.seed_programs)  # a wrong name fails before anything runs
         if backend_option is not None:
             cfg.evaluator.sandbox = backend_option
         progress = _RunProgress()
@@ -386,6 +395,9 @@ def run(
     unconfined = unconfined or result.unconfined or figures["unconfined"]
     payload: dict[str, Any] = {
         "best_score": result.best_score,
+        "best_training_score": result.best_training_score,
+        "validation_score": result.validation_score,
+        "selected_by": result.selected_by,
         "seed_score": result.seed_score,
         "evaluated": result.evaluated,
         "failed": result.failed,
@@ -401,7 +413,9 @@ def run(
         if unconfined:
             print(f"WARNING: {UNCONFINED_WARNING}")
         print(
-            f"best score {result.best_score} (seed {result.seed_score}); {result.evaluated} evaluated, "
+            f"best score {result.best_score} (seed {result.seed_score}; chosen on {result.selected_by}"
+            + (f", validation score {result.validation_score}" if result.validation_score is not None else "")
+            + f"); {result.evaluated} evaluated, "
             f"{result.failed} failed; run directory {result.run_dir}"
         )
 

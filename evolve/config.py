@@ -11,9 +11,10 @@ INFO log; any other unknown key is an error naming its path, so a typo like
 ``mutation`` section (the mix of LLM diffs and AST operators), ``batch_size``,
 ``evaluator.task_settings`` (per-run parameters handed to the task's
 evaluator), ``evaluator.sandbox`` (the sandbox backend of the evaluations;
-``rlimit`` runs candidates unconfined and must be asked for by name) and the
-``held_out`` section (what the report scores on the task's
-held-out set).
+``rlimit`` runs candidates unconfined and must be asked for by name), the
+``validation`` section (which programs are scored on the task's validation
+set, which chooses the program a run returns) and the ``held_out`` section
+(what the report scores on the task's held-out set).
 
 :func:`load_config` reads a YAML file into an :class:`EvolveConfig`; a bad
 file raises :class:`ConfigError` whose message names the file and the
@@ -53,6 +54,7 @@ __all__ = [
     "EvaluatorConfig",
     "EvolveConfig",
     "HeldOutConfig",
+    "ValidationConfig",
     "LLMConfig",
     "LLMModelConfig",
     "MutationConfig",
@@ -61,7 +63,7 @@ __all__ = [
     "parse_config",
 ]
 
-MUTATION_KINDS = ("llm", "constant", "operator", "function", "crossover")
+MUTATION_KINDS = ("llm", "llm_line", "constant", "operator", "function", "crossover", "blocks", "cmaes")
 
 # Upper bounds that only stop absurd values (a typo such as 10**23 iterations).
 MAX_ITERATIONS = 10_000_000
@@ -333,6 +335,12 @@ class MutationConfig(_Section):
     additive_probability: float = Field(0.25, ge=0, le=1, description="chance a constant gets additive noise")
     max_constants: int = Field(3, ge=1, description="at most this many constants change per mutation")
     perturb_ints: bool = True
+    cmaes_sigma: float = Field(
+        0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"
+    )
+    cmaes_population: int | None = Field(
+        None, ge=2, description="CMA-ES's generation size; default 4 + 3 ln(number of literals)"
+    )
     function_pairs: list[tuple[str, str]] = Field(
         default_factory=lambda: [
             ("min", "max"),
@@ -359,6 +367,23 @@ class MutationConfig(_Section):
         return value
 
 
+class ValidationConfig(_Section):
+    """Selection on validation games (the task's ``evaluate_validation``), apart from training and held-out.
+
+    During the run, every program that enters the best ``top_programs``
+    distinct programs by training fitness is scored on the validation set;
+    the run returns the one that scores best there. Without
+    ``evaluate_validation`` in the task (or with ``enabled: false``) the run
+    returns the best program on the training set.
+    """
+
+    enabled: bool = True
+    top_programs: int = Field(
+        4, ge=1, description="validate the best this many distinct programs by training fitness"
+    )
+    timeout: float | None = Field(None, gt=0, description="seconds per program; default evaluator.timeout")
+
+
 class HeldOutConfig(_Section):
     """After a run, the report scores programs on the task's held-out set (its ``evaluate_held_out``)."""
 
@@ -381,11 +406,17 @@ class EvolveConfig(_Section):
     )
     diff_based_evolution: bool = True
     max_code_length: int = Field(10_000, ge=1)
+    seed_programs: list[str] = Field(
+        default_factory=list,
+        description="more programs to start the islands from: names of files in the task's seeds/ "
+        "folder (without .py), or ['all']",
+    )
     llm: LLMConfig = Field(default_factory=LLMConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     mutation: MutationConfig = Field(default_factory=MutationConfig)
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
     held_out: HeldOutConfig = Field(default_factory=HeldOutConfig)
 
     @property

@@ -23,7 +23,9 @@ replays the stored programs of every complete batch, then redoes the
 interrupted batch, skipping (never re-evaluating) its committed iterations.
 
 Run directory: ``config.yaml`` (resolved), ``run.json`` (task, seed),
-``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py``,
+``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py`` (the
+program the run returns: the best on the task's validation games when it
+has them, see :mod:`societas.evolve.selection`, else the best on training),
 ``run.lock`` and, from :mod:`societas.evolve.report`, ``summary.md`` and
 ``plots/``.
 
@@ -52,13 +54,15 @@ import yaml
 
 from societas.agents.documents import DocumentError, load_json_file
 
+from .blocks import BlockLibrary
 from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
 from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
 from .executors import Executor, ProcessExecutor
 from .mutation import LLMEnsemble, MutationRequest, Mutator
 from .program import Program, fitness_of, program_id
-from .task import Task, load_task
+from .selection import Validator
+from .task import Task, load_seed_programs, load_task
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +169,10 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], EvolveConfig]:
 
 @dataclass
 class RunResult:
-    best_score: float | None
+    best_score: float | None  # training fitness of the returned program (best_id)
+    best_training_score: float | None  # the best training fitness of any program
+    validation_score: float | None  # the returned program's validation score, when the task validates
+    selected_by: str  # "validation" or "training": what chose the returned program
     seed_score: float | None
     evaluated: int
     failed: int
@@ -218,7 +225,8 @@ class Controller:
         self.config = config
         self.run_dir = Path(run_dir)
         self.seed = config.random_seed
-        self.mutator = Mutator(config, llms)
+        blocks = BlockLibrary.load(task.blocks_path) if task.blocks_path is not None else None
+        self.mutator = Mutator(config, llms, blocks)
         self.evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
         self.on_progress = on_progress
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -234,11 +242,16 @@ class Controller:
             self.lock.release()
             raise
         self.executor = executor or ProcessExecutor(config.evaluator.parallel_evaluations)
+        self.validator = Validator(self.evaluator, config, self.store, self.executor)
         self.sandbox_backends: set[str] = set(self.store.get_meta("sandbox_backends", None) or [])
+        self.extra_seeds = load_seed_programs(task, config.seed_programs)
         self.population = Population(config.database)
         self.counts = {"ok": 0, "failed": 0, "mutation_failed": 0}
         self.best_so_far: float | None = None
         self.committed = 0
+        # CMA-ES: the programs its searches started from, and each one's children in iteration order.
+        self._cmaes_origins: dict[str, Program] = {}
+        self._cmaes_children: dict[str, list[Program]] = {}
 
     # ------------------------------------------------------------- run files
 
@@ -332,15 +345,18 @@ class Controller:
             fitness = program.fitness if program.ok else None
             if fitness is not None and (self.best_so_far is None or fitness > self.best_so_far):
                 self.best_so_far = fitness
-        if 0 in stored:
-            self._apply([stored[i] for i in sorted(stored) if i < start])
-        else:
-            seed_program = self._evaluate_seed()
-            stored[0] = seed_program
-            self._apply([seed_program])
+        if 0 not in stored:
+            stored[0] = self._evaluate_seed()
         seed_program = stored[0]
         if not seed_program.ok:
             raise RunError(f"the seed program failed its evaluation: {seed_program.failure}")
+        for index, (name, code) in enumerate(self.extra_seeds, start=1):
+            if -index not in stored:
+                stored[-index] = self._evaluate_seed(code, -index, name)
+        # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.
+        order = sorted((i for i in stored if i < start), key=lambda i: (i != 0, i > 0, abs(i)))
+        self._apply([stored[i] for i in order])
+        self._validate(start - 1)
         logger.info(
             "run %s: seed fitness %s, starting at iteration %d of %d",
             self.run_dir,
@@ -353,8 +369,29 @@ class Controller:
             done = {i: stored[i] for i in iterations if i in stored}
             new = self._run_batch([i for i in iterations if i not in done])
             self._apply(sorted([*done.values(), *new], key=lambda p: p.iteration))
+            self._validate(iterations[-1])
             start = iterations[-1] + 1
         return self.result()
+
+    def _validate(self, at_iteration: int) -> None:
+        """Validate new training top programs, then write ``best_program.py`` (the chosen one)."""
+        for record in self.validator.update(self.population, at_iteration):
+            logger.info(
+                "validation: program %s (iteration %d) scores %s",
+                record.program_id,
+                record.iteration,
+                record.score,
+            )
+        chosen = self.chosen()
+        if chosen is not None:
+            (self.run_dir / "best_program.py").write_text(chosen.code, encoding="utf-8")
+
+    def chosen(self) -> Program | None:
+        """The program the run returns: the best on validation when the task validates, else on training."""
+        chosen_id = self.validator.chosen_id()
+        if chosen_id is not None and chosen_id in self.population.programs:
+            return self.population.programs[chosen_id]
+        return self.population.best()
 
     @staticmethod
     def _first_open_batch(stored: dict[int, Program], batch: int) -> int:
@@ -363,12 +400,19 @@ class Controller:
             start += batch
         return start
 
-    def _evaluate_seed(self) -> Program:
-        code = self.task.initial_program
+    def _evaluate_seed(self, code: str | None = None, iteration: int = 0, name: str | None = None) -> Program:
+        """Evaluate the task's seed (iteration 0) or extra seed ``name`` (iteration -1, -2, ...)."""
+        code = self.task.initial_program if code is None else code
         outcome = self._safe_evaluate(code)
         self.note_sandbox(outcome.sandbox)
-        program = self._program_from(code, 0, None, 0, 0, {"kind": "seed"}, outcome)
+        island = (-iteration - 1) % self.config.database.num_islands if iteration < 0 else 0
+        mutation: dict[str, Any] = (
+            {"kind": "seed"} if name is None else {"kind": "seed", "seed_program": name}
+        )
+        program = self._program_from(code, iteration, None, island, 0, mutation, outcome)
         self.store.add(program)
+        if iteration < 0 and not program.ok:
+            logger.warning("seed program %s failed its evaluation: %s", name, program.failure)
         return program
 
     def _plan(self, iteration: int) -> MutationRequest:
@@ -378,16 +422,25 @@ class Controller:
         selection = self.population.sample(island, rng, pc.num_top_programs, pc.num_diverse_programs)
         kind, model = self.mutator.plan(rng)
         donor = rng.choice(selection.inspirations) if kind == "crossover" and selection.inspirations else None
+        parent, history = selection.parent, []
+        if kind == "cmaes":
+            # CMA-ES works on the island's elite; an elite made by CMA-ES continues its origin's search.
+            elite_id = self.population.best_id(self.population.islands[selection.island])
+            elite = self.population.programs[elite_id] if elite_id is not None else parent
+            origin_id = (elite.mutation.get("cmaes") or {}).get("origin", elite.id)
+            parent = self._cmaes_origins.get(origin_id, elite)
+            history = list(self._cmaes_children.get(parent.id, []))
         request = MutationRequest(
             iteration=iteration,
             kind=kind,
-            parent=selection.parent,
+            parent=parent,
             inspirations=selection.inspirations,
             seed=rng.getrandbits(63),
             model_index=model,
             donor=donor,
             island=selection.island,
             strategy=selection.strategy,
+            cmaes_history=history,
         )
         return request
 
@@ -496,6 +549,11 @@ class Controller:
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as log:
             for program in programs:
                 self.population.add(program)
+                if program.ok:
+                    self._cmaes_origins.setdefault(program.id, program)
+                origin = (program.mutation.get("cmaes") or {}).get("origin")
+                if origin is not None:
+                    self._cmaes_children.setdefault(origin, []).append(program)
                 best = self.population.best()
                 log.write(
                     json.dumps(
@@ -514,16 +572,18 @@ class Controller:
                     )
                     + "\n"
                 )
-        best = self.population.best()
-        if best is not None:
-            (self.run_dir / "best_program.py").write_text(best.code, encoding="utf-8")
 
     def result(self) -> RunResult:
         programs = self.store.programs()
-        best = self.population.best()
+        best = self.chosen()
+        top = self.population.best()
         seed = next((p for p in programs if p.iteration == 0), None)
+        record = self.validator.records.get(best.id) if best is not None else None
         return RunResult(
             best_score=best.fitness if best else None,
+            best_training_score=top.fitness if top else None,
+            validation_score=record.score if record is not None else None,
+            selected_by="validation" if record is not None and record.score is not None else "training",
             seed_score=seed.fitness if seed else None,
             evaluated=sum(p.status in ("ok", "failed") for p in programs),
             failed=sum(p.status != "ok" for p in programs),

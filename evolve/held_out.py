@@ -43,7 +43,14 @@ from .program import Program, fitness_of
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HELD_OUT_FILE", "HeldOutEntry", "evaluate_held_out", "held_out_baselines", "supports_held_out"]
+__all__ = [
+    "HELD_OUT_FILE",
+    "HeldOutEntry",
+    "evaluate_held_out",
+    "held_out_baselines",
+    "score_stage",
+    "supports_held_out",
+]
 
 HELD_OUT_FILE = "held_out.json"
 STAGE = "evaluate_held_out"
@@ -51,7 +58,8 @@ STAGE = "evaluate_held_out"
 
 @dataclass
 class HeldOutEntry:
-    """One program's held-out result; ``kind`` is ``seed``, ``evolved`` or ``baseline``."""
+    """One program's result on a stage; ``kind`` is ``seed``, ``evolved``, ``history`` (an earlier
+    validation-best program) or ``baseline``."""
 
     label: str
     kind: str
@@ -103,35 +111,55 @@ def held_out_baselines(evaluator_path: str | Path) -> dict[str, str]:
 
 
 def _candidates(
-    programs: list[Program], population: Population, config: EvolveConfig, baselines: dict[str, str]
+    programs: list[Program],
+    population: Population,
+    config: EvolveConfig,
+    baselines: dict[str, str],
+    selection: list[tuple[Program, str]] | None = None,
 ) -> list[tuple[str, str, str, Program | None]]:
-    """``(label, kind, code, program)`` to score, seed first, then evolved programs, then baselines."""
+    """``(label, kind, code, program)`` to score, seed first, then evolved programs, then baselines.
+
+    ``selection``: the programs the validation set chose over the run, the
+    run's returned program last, each with a label (empty: the seed stayed
+    the choice); with ``None`` the evolved programs are the best
+    ``held_out.top_programs`` on the training set that beat the seed there.
+    """
     seed = next((p for p in programs if p.iteration == 0 and p.ok), None)
     out: list[tuple[str, str, str, Program | None]] = []
     if seed is not None:
         out.append(("seed", "seed", seed.code, seed))
-    ranked = sorted(
-        (p for p in population.programs.values() if p.ok and p.iteration > 0),
-        key=population._key,
-        reverse=True,
-    )
     seen = {seed.code} if seed is not None else set()
-    # Successful (ok) programs always have a fitness; the checks only narrow the Optional.
-    seed_fitness = seed.fitness if seed is not None else None
-    chosen: list[Program] = []
-    for program in ranked:
-        if len(chosen) >= config.held_out.top_programs:
-            break
-        no_better = (
-            seed_fitness is not None and program.fitness is not None and program.fitness <= seed_fitness
+    if selection:
+        chosen, _ = selection[-1]
+        if chosen.code not in seen:
+            seen.add(chosen.code)
+            out.append((f"best evolved ({chosen.id})", "evolved", chosen.code, chosen))
+        for program, label in selection[:-1]:
+            if program.code not in seen:
+                seen.add(program.code)
+                out.append((f"{label} ({program.id})", "history", program.code, program))
+    elif selection is None:
+        ranked = sorted(
+            (p for p in population.programs.values() if p.ok and p.iteration > 0),
+            key=population._key,
+            reverse=True,
         )
-        if program.code in seen or no_better:
-            continue  # only evolved programs that beat the seed on the training set
-        seen.add(program.code)
-        chosen.append(program)
-    for rank, program in enumerate(chosen, start=1):
-        label = "best evolved" if rank == 1 else f"evolved #{rank}"
-        out.append((f"{label} ({program.id})", "evolved", program.code, program))
+        # Successful (ok) programs always have a fitness; the checks only narrow the Optional.
+        seed_fitness = seed.fitness if seed is not None else None
+        chosen_list: list[Program] = []
+        for program in ranked:
+            if len(chosen_list) >= config.held_out.top_programs:
+                break
+            no_better = (
+                seed_fitness is not None and program.fitness is not None and program.fitness <= seed_fitness
+            )
+            if program.code in seen or no_better:
+                continue  # only evolved programs that beat the seed on the training set
+            seen.add(program.code)
+            chosen_list.append(program)
+        for rank, program in enumerate(chosen_list, start=1):
+            label = "best evolved" if rank == 1 else f"evolved #{rank}"
+            out.append((f"{label} ({program.id})", "evolved", program.code, program))
     wanted = config.held_out.baselines
     if wanted is not None:
         unknown = sorted(set(wanted) - set(baselines))
@@ -159,20 +187,51 @@ def evaluate_held_out(
     *,
     workers: int | None = None,
     on_result: Callable[[HeldOutEntry, int, int], None] | None = None,
+    selection: list[tuple[Program, str]] | None = None,
 ) -> list[HeldOutEntry]:
     """Score the seed, the best programs and the baselines on the held-out set (cached in ``held_out.json``)."""
+    candidates = _candidates(programs, population, config, held_out_baselines(evaluator_path), selection)
+    return score_stage(
+        run_dir,
+        evaluator_path,
+        config,
+        candidates,
+        stage=STAGE,
+        cache_name=HELD_OUT_FILE,
+        timeout=config.held_out.timeout,
+        workers=workers,
+        on_result=on_result,
+    )
+
+
+def score_stage(
+    run_dir: str | Path,
+    evaluator_path: str | Path,
+    config: EvolveConfig,
+    candidates: list[tuple[str, str, str, Program | None]],
+    *,
+    stage: str,
+    cache_name: str,
+    timeout: float | None = None,
+    workers: int | None = None,
+    on_result: Callable[[HeldOutEntry, int, int], None] | None = None,
+) -> list[HeldOutEntry]:
+    """Run the evaluator's ``stage`` on each ``(label, kind, code, program)`` in the sandbox.
+
+    Results are cached in ``RUN_DIR/cache_name``, keyed by the code and the
+    task settings, and written after every result (failures are retried).
+    """
     run_dir = Path(run_dir)
     evaluator = TaskEvaluator(evaluator_path, config.evaluator)
     template = evaluator.job("")
     template = replace(
         template,
-        stages=(STAGE,),
+        stages=(stage,),
         thresholds=(),
-        timeout_s=config.held_out.timeout or config.evaluator.timeout,
+        timeout_s=timeout or config.evaluator.timeout,
     )
     settings = template.task_settings
-    candidates = _candidates(programs, population, config, held_out_baselines(evaluator_path))
-    cache_path = run_dir / HELD_OUT_FILE
+    cache_path = run_dir / cache_name
     try:
         cache = load_json_file(cache_path) if cache_path.is_file() else {}
         if not isinstance(cache, dict):
@@ -201,7 +260,7 @@ def evaluate_held_out(
             todo.append((index, code))
     total = len(candidates)
     if todo:
-        logger.info("held-out evaluation of %d program(s) (%d cached)", len(todo), total - len(todo))
+        logger.info("%s of %d program(s) (%d cached)", stage, len(todo), total - len(todo))
         pool = ProcessExecutor(max(1, min(workers or config.evaluator.parallel_evaluations, len(todo))))
         try:
             jobs = [replace(template, code=code) for _, code in todo]
@@ -230,7 +289,7 @@ def evaluate_held_out(
                     "evaluated_at": time.time(),
                 }
                 if entry.status != "ok":
-                    record["stderr"] = outcome.artifacts.get(f"{STAGE}_stderr", "")[-3000:]
+                    record["stderr"] = outcome.artifacts.get(f"{stage}_stderr", "")[-3000:]
                 cached[_key(code, settings)] = record
                 # Written after every result so an interrupted report keeps what it has.
                 cache_path.write_text(

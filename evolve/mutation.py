@@ -30,8 +30,18 @@ to one backend are sent in one ``generate`` call.
   (``< <= > >=``) or ``min``/``max``;
 * ``function`` — swap a called function for its partner from
   ``mutation.function_pairs`` (e.g. ``torch.relu`` <-> ``torch.abs``);
-* ``crossover`` — replace one function (same qualified name) of the parent by
-  its version from a second parent.
+* ``crossover`` — recombine whole hooks: each top-level class or function
+  that differs between the parent and a second parent comes from the second
+  with chance 1/2 (at least one does, not all);
+* ``blocks`` — insert, replace or remove one building block of the task's
+  library inside a hook (:mod:`societas.evolve.blocks`);
+* ``llm_line`` — the LLM rewrites one ``name = expression`` line of one hook,
+  shown the hook, its contract (``hooks`` in the task's building blocks) and
+  the line: what a small model can do. The answer is checked before any
+  evaluation (it parses, uses only names in scope, no ``eval``/dunders);
+* ``cmaes`` — CMA-ES over all numeric literals of an island's elite at once
+  (:func:`cmaes_children`): its children share the elite's code and differ
+  in their numbers, generation after generation.
 
 Edits are made on the source text at the positions the AST gives, so comments
 and formatting elsewhere survive. Every child must parse, differ from its
@@ -43,6 +53,8 @@ parent, keep the text outside the evolve blocks byte for byte and respect
 from __future__ import annotations
 
 import ast
+import collections
+import hashlib
 import logging
 import math
 import random
@@ -50,10 +62,14 @@ import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+from cmaes import CMA
 
 from societas.agents.llm import LLM, SamplingParams, load_llm
 
+from .blocks import BlockError, BlockLibrary, mutate_blocks
 from .config import EvolveConfig
 from .program import (
     EvolveBlockError,
@@ -74,8 +90,15 @@ __all__ = [
     "Mutator",
     "apply_diff",
     "apply_llm_answer",
+    "LineSite",
+    "apply_line_answer",
+    "build_line_prompt",
     "build_prompt",
+    "cmaes_children",
+    "cmaes_rank_key",
+    "line_sites",
     "crossover",
+    "numeric_sites",
     "parse_diff",
     "perturb_constants",
     "swap_function",
@@ -417,6 +440,83 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
     return _edit(code, edits), "; ".join(notes)
 
 
+def numeric_sites(code: str, config: EvolveConfig) -> list[ast.Constant]:
+    """The numeric literals inside the evolve blocks an optimiser may move (floats; ints with ``perturb_ints``)."""
+    src = _Source(code)
+    return [
+        n
+        for n in src.nodes(ast.Constant)
+        if isinstance(n.value, (int, float))
+        and not isinstance(n.value, bool)
+        and math.isfinite(n.value)
+        and (config.mutation.perturb_ints or isinstance(n.value, float))
+    ]
+
+
+def cmaes_rank_key(program: Program) -> tuple[int, float]:
+    """Order for CMA-ES (smaller is better): failures last, then cascade-stopped, then by fitness."""
+    if not program.ok or program.fitness is None:
+        return (2, 0.0)
+    return (1 if "cascade" in program.artifacts else 0, -program.fitness)
+
+
+def cmaes_children(
+    origin: Program, history: Sequence[Program], count: int, config: EvolveConfig
+) -> list[tuple[str, list[float]]]:
+    """``count`` children of ``origin`` whose numeric literals are drawn by CMA-ES (Hansen 2016).
+
+    The search runs in scaled coordinates ``u_i = (x_i - x0_i) / max(|x0_i|, 0.1)``
+    around the origin's literals ``x0`` with step ``mutation.cmaes_sigma`` and
+    population ``mutation.cmaes_population`` (default: CMA-ES's own,
+    ``4 + 3 ln d``). The optimiser is rebuilt from ``history`` (the run's
+    earlier CMA-ES children of this origin, in iteration order, each with its
+    ``u`` in ``mutation["cmaes"]``): every complete generation is told its
+    ranking (failures last, then children the cascade stopped early, then by
+    fitness), then the next samples are drawn from a generator seeded by the
+    origin and the generation, so a resumed run draws exactly the same
+    children. Returns ``(child code, u)`` pairs.
+    """
+    sites = numeric_sites(origin.code, config)
+    if len(sites) < 2:
+        raise MutationError(
+            f"CMA-ES needs at least two numeric literals inside the evolve blocks, the parent has {len(sites)}"
+        )
+    src = _Source(origin.code)
+    x0 = [float(cast(float, n.value)) for n in sites]
+    scale = [max(abs(v), 0.1) for v in x0]
+    mc = config.mutation
+    lam = mc.cmaes_population or 4 + math.floor(3 * math.log(len(sites)))  # CMA-ES's default
+    done = [p for p in history if isinstance(p.mutation.get("cmaes"), dict)]
+    generations = len(done) // lam
+    digest = hashlib.sha256(f"{origin.id}:{generations}".encode()).hexdigest()
+    optimizer = CMA(
+        mean=np.zeros(len(sites)), sigma=mc.cmaes_sigma, population_size=lam, seed=int(digest[:8], 16)
+    )
+    for g in range(generations):
+        chunk = done[g * lam : (g + 1) * lam]
+        ranked = sorted(chunk, key=lambda p: (cmaes_rank_key(p), p.iteration))
+        optimizer.tell(
+            [(np.asarray(p.mutation["cmaes"]["u"], dtype=float), float(r)) for r, p in enumerate(ranked)]
+        )
+    asked_before = len(done) - generations * lam
+    for _ in range(asked_before):
+        optimizer.ask()
+    children = []
+    for _ in range(count):
+        u = optimizer.ask()
+        values = [x + ui * si for x, ui, si in zip(x0, u, scale)]
+        edits: list[tuple[int, int, str]] = []
+        used: list[float] = []
+        for node, value in zip(sites, values):
+            is_int = isinstance(node.value, int)
+            text = _format_number(round(value) if is_int else value, is_int)
+            start, end = src.span(node)
+            edits.append((start, end, text))
+            used.append((float(text.strip("()")) - x0[len(used)]) / scale[len(used)])
+        children.append((_edit(origin.code, edits), used))
+    return children
+
+
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
@@ -505,48 +605,224 @@ def swap_function(code: str, rng: random.Random, config: EvolveConfig) -> tuple[
     return _edit(code, [(start, end, new)]), f"line {node.lineno}: {old} -> {new}"
 
 
-def _functions(src: _Source) -> dict[str, tuple[int, int, str]]:
-    """Qualified name -> (start offset of its first line, end offset, indentation) for functions in evolve blocks."""
+def _units(src: _Source) -> dict[str, tuple[int, int, str]]:
+    """Top-level functions and classes (whole) inside evolve blocks -> (start offset, end offset, indentation).
+
+    A class is one unit with all its methods: a hook's methods share state
+    (``__init__`` sets what ``update`` reads), so they travel together.
+    """
     found: dict[str, tuple[int, int, str]] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if isinstance(child, ast.ClassDef):
-                    visit(child, name + ".")
-                    continue
-                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                last = _end(child)[0]
-                inside = any(lo <= first and last <= hi for lo, hi in src.blocks)
-                if inside:
-                    line = src.lines[first - 1]
-                    indent = line[: len(line) - len(line.lstrip())]
-                    found[name] = (src.starts[first - 1], src.starts[last], indent)
-
-    visit(src.tree, "")
+    for child in src.tree.body:
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+        last = _end(child)[0]
+        if any(lo <= first and last <= hi for lo, hi in src.blocks):
+            line = src.lines[first - 1]
+            indent = line[: len(line) - len(line.lstrip())]
+            found[child.name] = (src.starts[first - 1], src.starts[last], indent)
     return found
 
 
 def crossover(
     code: str, donor: str, rng: random.Random, config: EvolveConfig | None = None
 ) -> tuple[str, str]:
-    """Replace one function of ``code`` by the function of the same qualified name from ``donor``."""
-    mine, theirs = _functions(_Source(code)), _functions(_Source(donor))
-    shared = sorted(
+    """Recombine whole hooks: take each differing top-level class or function from ``donor`` with chance 1/2.
+
+    At least one unit comes from the donor and, when several differ, at least
+    one stays the parent's (otherwise the child would be the donor's evolve
+    code). Units are matched by name.
+    """
+    mine, theirs = _units(_Source(code)), _units(_Source(donor))
+    differing = sorted(
         name
         for name in set(mine) & set(theirs)
         if textwrap.dedent(code[mine[name][0] : mine[name][1]])
         != textwrap.dedent(donor[theirs[name][0] : theirs[name][1]])
     )
-    if not shared:
-        raise MutationError("the two parents share no differing function inside their evolve blocks")
-    name = rng.choice(shared)
-    start, end, indent = mine[name]
-    body = textwrap.indent(textwrap.dedent(donor[theirs[name][0] : theirs[name][1]]), indent)
-    if not body.endswith("\n"):
-        body += "\n"
-    return _edit(code, [(start, end, body)]), f"function {name} from the second parent"
+    if not differing:
+        raise MutationError("the two parents share no differing class or function inside their evolve blocks")
+    taken = [name for name in differing if rng.random() < 0.5]
+    if not taken:
+        taken = [rng.choice(differing)]
+    elif len(taken) == len(differing) and len(differing) > 1:
+        taken.remove(rng.choice(taken))
+    edits = []
+    for name in taken:
+        start, end, indent = mine[name]
+        body = textwrap.indent(textwrap.dedent(donor[theirs[name][0] : theirs[name][1]]), indent)
+        if not body.endswith("\n"):
+            body += "\n"
+        edits.append((start, end, body))
+    return _edit(code, edits), f"{', '.join(taken)} from the second parent"
+
+
+# ============================================================================ one line by LLM
+
+_LINE_BUILTINS = frozenset(
+    {"abs", "float", "int", "max", "min", "pow", "round", "sum", "len", "True", "False", "None"}
+)
+_LINE_FORBIDDEN_CALLS = frozenset(
+    {"eval", "exec", "compile", "open", "__import__", "globals", "locals", "getattr"}
+)
+
+
+@dataclass(frozen=True)
+class LineSite:
+    """One ``name = expression`` statement inside a function of the evolve blocks."""
+
+    hook: str  # qualified function name
+    target: str
+    line: int  # 1-based
+    value_start: int  # character offsets of the right-hand side
+    value_end: int
+    scope: frozenset[str]  # the names the right-hand side may use
+    has_number: bool = False  # the right-hand side holds a numeric literal
+
+
+def line_sites(code: str) -> list[LineSite]:
+    """Every single-name assignment inside the functions of the evolve blocks, with its scope."""
+    src = _Source(code)
+    module_names = set()
+    for node in src.tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module_names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            module_names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            module_names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    sites: list[LineSite] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and src.inside(child):
+                args = {a.arg for a in [*child.args.posonlyargs, *child.args.args, *child.args.kwonlyargs]}
+                assigned: list[tuple[int, set[str]]] = []
+                for stmt in ast.walk(child):
+                    if isinstance(stmt, ast.Assign):
+                        names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                        assigned.append((stmt.lineno, names))
+                for stmt in ast.walk(child):
+                    if (
+                        isinstance(stmt, ast.Assign)
+                        and len(stmt.targets) == 1
+                        and isinstance(stmt.targets[0], ast.Name)
+                        and src.inside(stmt)
+                    ):
+                        before = set().union(*[n for line, n in assigned if line < stmt.lineno])
+                        start, end = src.span(stmt.value)
+                        scope = frozenset(args | before | module_names | _LINE_BUILTINS)
+                        number = any(
+                            isinstance(n, ast.Constant)
+                            and isinstance(n.value, (int, float))
+                            and not isinstance(n.value, bool)
+                            for n in ast.walk(stmt.value)
+                        )
+                        target = stmt.targets[0].id
+                        hook = f"{prefix}{child.name}"
+                        sites.append(LineSite(hook, target, stmt.lineno, start, end, scope, number))
+
+    visit(src.tree, "")
+    return sorted(sites, key=lambda site: site.line)
+
+
+def build_line_prompt(code: str, site: LineSite, contract: str) -> list[dict[str, str]]:
+    """A short prompt a small model can answer: the hook, its contract, one line to rewrite."""
+    src = _Source(code)
+    start, end = next(span for name, span in _function_spans(src).items() if name == site.hook)
+    # The line's right-hand side is blanked out: a small model copies what it sees, so it is asked to
+    # fill the blank (with the hook's contract) instead of to improve a line it would repeat.
+    blanked = code[start : site.value_start] + "???" + code[site.value_end : end]
+    body = textwrap.dedent(blanked).rstrip()
+    parts = [
+        f"This Python method is part of a game-solving algorithm:\n```python\n{body}\n```",
+        *([f"What it does: {contract}"] if contract else []),
+        f"Fill in the ??? in the line `{site.target} = ???` with a Python expression, using names the method "
+        "already has.",
+    ]
+    return [
+        {
+            "role": "system",
+            "content": "You are an expert in game theory and Python. Answer with one line of code.",
+        },
+        {"role": "user", "content": "\n\n".join(parts)},
+        # The answer is started for the model: it only has to write the right-hand side.
+        {"role": "assistant", "content": f"{site.target} ="},
+    ]
+
+
+def apply_line_answer(code: str, site: LineSite, answer: str) -> str:
+    """The child with ``site``'s right-hand side replaced by the expression the answer gives.
+
+    The answer may be fenced or chatty: the first line that reads as
+    ``TARGET = expression`` (or, failing that, the first line that is an
+    expression) is taken. The expression must parse, may use only the names
+    in scope, and may not call ``eval``/``exec``/``open``/``__import__`` or
+    touch dunder attributes; :class:`MutationError` says which rule failed.
+    """
+    lines = [ln.strip().strip("`").strip() for ln in answer.replace("```python", "\n").splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    expression = None
+    pattern = re.compile(rf"^{re.escape(site.target)}\s*=(?!=)\s*(.+)$")
+    for ln in lines:
+        match = pattern.match(ln)
+        if match:
+            expression = match.group(1).strip()
+            break
+    if expression is None:
+        for ln in lines:
+            try:
+                ast.parse(ln, mode="eval")
+            except SyntaxError:
+                continue
+            expression = ln
+            break
+    if expression is None:
+        raise MutationError(f"the answer holds no line `{site.target} = ...` and no Python expression")
+    expression = expression.split("  #")[0].rstrip(";").strip()
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise MutationError(f"the new right-hand side does not parse: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in site.scope:
+            raise MutationError(
+                f"the new line uses {node.id!r}, which {site.hook} does not define at that line"
+            )
+        if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
+            raise MutationError(f"the new line touches the dunder attribute {node.attr!r}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _LINE_FORBIDDEN_CALLS
+        ):
+            raise MutationError(f"the new line calls {node.func.id}()")
+        if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Yield, ast.Await)):
+            raise MutationError("the new line holds a lambda, walrus, yield or await")
+        if isinstance(node, ast.Constant) and node.value is Ellipsis:
+            raise MutationError("the new line holds a placeholder (...)")
+    old = code[site.value_start : site.value_end]
+    if ast.dump(ast.parse(old, mode="eval")) == ast.dump(tree):
+        raise MutationError("the new line computes the same expression as the old one")
+    return code[: site.value_start] + expression + code[site.value_end :]
+
+
+def _function_spans(src: _Source) -> dict[str, tuple[int, int]]:
+    """Qualified name -> (start, end) character offsets of every function inside the evolve blocks."""
+    spans: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and src.inside(child):
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                spans[f"{prefix}{child.name}"] = (src.starts[first - 1], src.starts[_end(child)[0]])
+
+    visit(src.tree, "")
+    return spans
 
 
 # ============================================================================ mutator
@@ -565,6 +841,7 @@ class MutationRequest:
     donor: Program | None = None
     island: int = 0
     strategy: str = ""
+    cmaes_history: list[Program] = field(default_factory=list)  # earlier CMA-ES children of ``parent``
 
 
 @dataclass
@@ -578,12 +855,21 @@ class MutationResult:
 class Mutator:
     """Plans mutation kinds and makes children, batching LLM prompts per backend."""
 
-    def __init__(self, config: EvolveConfig, llms: LLMEnsemble | None = None) -> None:
+    def __init__(
+        self, config: EvolveConfig, llms: LLMEnsemble | None = None, blocks: BlockLibrary | None = None
+    ) -> None:
         self.config = config
         self.llms = llms
+        self.blocks = blocks
         weights = dict(config.mutation.weights)
-        if llms is None and weights.get("llm", 0) > 0:
-            weights.pop("llm")
+        if blocks is None and weights.get("blocks", 0) > 0:
+            raise ValueError(
+                "mutation.weights gives 'blocks' a weight, but the task has no building-block library "
+                "(building_blocks.yaml in the task directory)"
+            )
+        if llms is None and (weights.get("llm", 0) > 0 or weights.get("llm_line", 0) > 0):
+            weights.pop("llm", None)
+            weights.pop("llm_line", None)
             logger.info(
                 "no LLM configured: using only the AST operators %s",
                 sorted(k for k, w in weights.items() if w > 0),
@@ -598,20 +884,28 @@ class Mutator:
 
     def plan(self, rng: random.Random) -> tuple[str, int | None]:
         kind = rng.choices(self.kinds, weights=[self.weights[k] for k in self.kinds])[0]
-        model = self.llms.choose(rng) if kind == "llm" and self.llms is not None else None
+        model = self.llms.choose(rng) if kind in ("llm", "llm_line") and self.llms is not None else None
         return kind, model
 
     def make(self, requests: Sequence[MutationRequest]) -> list[MutationResult]:
         """Children for ``requests`` in the same order; failures carry their reason."""
         results: list[MutationResult | None] = [None] * len(requests)
-        by_model: dict[int, list[int]] = {}
+        by_model: dict[tuple[int, str], list[int]] = {}
+        by_origin: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
-            if request.kind == "llm":
-                by_model.setdefault(request.model_index or 0, []).append(index)
+            if request.kind in ("llm", "llm_line"):
+                by_model.setdefault((request.model_index or 0, request.kind), []).append(index)
+            elif request.kind == "cmaes":
+                by_origin.setdefault(request.parent.id, []).append(index)
             else:
                 results[index] = self._ast(request)
-        for model, indices in sorted(by_model.items()):
-            for index, result in zip(indices, self._llm(model, [requests[i] for i in indices])):
+        for indices in by_origin.values():
+            for index, result in zip(indices, self._cmaes([requests[i] for i in indices])):
+                results[index] = result
+        for (model, kind), indices in sorted(by_model.items()):
+            batch = [requests[i] for i in indices]
+            made = self._llm(model, batch) if kind == "llm" else self._llm_line(model, batch)
+            for index, result in zip(indices, made):
                 results[index] = result
         return [r for r in results if r is not None]
 
@@ -631,13 +925,102 @@ class Mutator:
                     raise MutationError("crossover needs a second parent and the island has none")
                 info["donor_id"] = request.donor.id
                 child, detail = crossover(parent, request.donor.code, rng, self.config)
+            elif request.kind == "blocks":
+                assert self.blocks is not None  # checked in __init__
+                child, detail = mutate_blocks(parent, rng, self.blocks)
             else:
                 raise MutationError(f"unknown mutation kind {request.kind!r}")
             info["detail"] = detail
             validate_child(parent, child, self.config.max_code_length)
-        except (MutationError, EvolveBlockError) as exc:
+        except (MutationError, EvolveBlockError, BlockError) as exc:
             return MutationResult(None, info, str(exc))
         return MutationResult(child, info)
+
+    def _cmaes(self, requests: Sequence[MutationRequest]) -> list[MutationResult]:
+        """Children of one origin drawn by CMA-ES, in request order (see :func:`cmaes_children`)."""
+        origin = requests[0].parent
+        info: dict[str, Any] = {"kind": "cmaes"}
+        try:
+            children = cmaes_children(origin, requests[0].cmaes_history, len(requests), self.config)
+        except MutationError as exc:
+            return [MutationResult(None, dict(info), str(exc)) for _ in requests]
+        results = []
+        for code, u in children:
+            child_info = {**info, "detail": f"CMA-ES over the literals of {origin.id}"}
+            child_info["cmaes"] = {"origin": origin.id, "u": [round(x, 12) for x in u]}
+            try:
+                validate_child(origin.code, code, self.config.max_code_length)
+            except MutationError as exc:
+                results.append(MutationResult(None, child_info, str(exc)))
+                continue
+            results.append(MutationResult(code, child_info))
+        return results
+
+    def _llm_line(self, model: int, requests: Sequence[MutationRequest]) -> list[MutationResult]:
+        """One line per child: the model rewrites one assignment of one hook, checked before evaluation."""
+        assert self.llms is not None
+        llm = self.llms.members[model][0]
+        lc = self.config.llm
+        info_base = {"kind": "llm_line", "model": self.llms.name(model)}
+        plans: list[tuple[int, LineSite]] = []
+        results: list[MutationResult | None] = [None] * len(requests)
+        prompts, params = [], []
+        for index, request in enumerate(requests):
+            try:
+                sites = line_sites(request.parent.code)
+            except MutationError as exc:
+                results[index] = MutationResult(None, dict(info_base), str(exc))
+                continue
+            if not sites:
+                results[index] = MutationResult(
+                    None, dict(info_base), "no `name = expression` line in the hooks"
+                )
+                continue
+            # The algorithm's knobs and pipeline steps: lines with a number, or a variable set more than once.
+            counts = collections.Counter((site.hook, site.target) for site in sites)
+            knobs = [site for site in sites if site.has_number or counts[site.hook, site.target] > 1] or sites
+            site = random.Random(request.seed).choice(knobs)
+            contract = self.blocks.contracts.get(site.hook, "") if self.blocks is not None else ""
+            plans.append((index, site))
+            prompts.append(build_line_prompt(request.parent.code, site, contract))
+            params.append(
+                SamplingParams(
+                    temperature=lc.temperature,
+                    top_p=lc.top_p,
+                    max_new_tokens=min(lc.max_tokens, 48),
+                    seed=request.seed,
+                    n=3,  # a small model often repeats or garbles: the first of three answers that is usable
+                )
+            )
+        if prompts:
+            try:
+                outputs = llm.generate(prompts, params)
+            except Exception as exc:  # a backend error fails these mutations, not the run
+                logger.warning("LLM %s failed on %d line prompts: %s", info_base["model"], len(prompts), exc)
+                outputs = None
+                for index, _ in plans:
+                    results[index] = MutationResult(
+                        None, dict(info_base), f"LLM error: {type(exc).__name__}: {exc}"
+                    )
+            if outputs is not None:
+                for (index, site), completions in zip(plans, outputs):
+                    info = {**info_base, "detail": f"line {site.line} ({site.target} in {site.hook})"}
+                    parent = requests[index].parent.code
+                    made: MutationResult | None = None
+                    for completion in completions or []:
+                        answer = f"{site.target} =" + completion.text
+                        try:
+                            child = apply_line_answer(parent, site, answer)
+                            validate_child(parent, child, self.config.max_code_length)
+                        except (MutationError, EvolveBlockError) as exc:
+                            made = made or MutationResult(
+                                None, info, f"malformed LLM answer: {exc}", answer[:_MAX_RESPONSE_ARTIFACT]
+                            )
+                            continue
+                        made = MutationResult(child, info, None, answer[:_MAX_RESPONSE_ARTIFACT])
+                        break
+                    results[index] = made or MutationResult(None, info, "the LLM gave no answer")
+        return [r for r in results if r is not None]
 
     def _llm(self, model: int, requests: Sequence[MutationRequest]) -> list[MutationResult]:
         assert self.llms is not None

@@ -33,8 +33,10 @@ from societas.agents.documents import DocumentError, load_json_file
 from .config import load_config
 from .database import Population, ProgramStore
 from .evaluator import probe_sandbox
-from .held_out import HeldOutEntry, evaluate_held_out, supports_held_out
+from .held_out import HeldOutEntry, evaluate_held_out, held_out_baselines, score_stage, supports_held_out
 from .program import Program
+from .selection import STAGE as VALIDATION_STAGE
+from .selection import ValidationRecord, chosen_from, defines_stage, history_from, load_records
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,64 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def plot_selection(
+    programs: list[Program],
+    records: list[ValidationRecord],
+    history: list[ValidationRecord],
+    held_out: dict[str, float | None],
+    path: Path,
+) -> bool:
+    """Best-so-far training fitness, and the validation and held-out score of the program the
+    validation set chose, over the run; returns False (and draws nothing) without validation records.
+
+    When every score is negative (the negative exploitability of the game tasks) the plot shows
+    its magnitude on a log scale, so gains of orders of magnitude stay visible.
+    """
+    if not records or not history:
+        return False
+    train: list[tuple[int, float]] = []
+    best: float | None = None
+    for program in sorted(programs, key=lambda p: p.iteration):
+        if program.ok and program.fitness is not None and (best is None or program.fitness > best):
+            best = program.fitness
+        if best is not None:
+            train.append((program.iteration, best))
+    last = max((p.iteration for p in programs), default=0)
+    valid: list[tuple[int, float]] = [
+        (r.validated_at_iteration, r.score) for r in history if r.score is not None
+    ]
+    held: list[tuple[int, float]] = [
+        (r.validated_at_iteration, score)
+        for r in history
+        if (score := held_out.get(r.program_id)) is not None
+    ]
+    series = [("training: best so far", train, "C0"), ("validation: chosen program", valid, "C2")]
+    if held:
+        series.append(("held-out: chosen program (reported only)", held, "C3"))
+    values = [v for _, points, _ in series for _, v in points if v is not None]
+    negative = bool(values) and all(v < 0 for v in values)
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    for label, points, colour in series:
+        xs = [x for x, _ in points] + ([last] if points else [])
+        ys = [(-y if negative else y) for _, y in points if y is not None]
+        ys = ys + ys[-1:]
+        ax.step(xs, ys, where="post", color=colour, label=label, linewidth=1.8)
+        ax.plot(xs[:-1], ys[:-1], "o", color=colour, markersize=3)
+    if negative:
+        ax.set_yscale("log")
+        ax.set_ylabel("exploitability (-score), lower is better")
+    else:
+        ax.set_ylabel("score, higher is better")
+    ax.set_xlabel("iteration")
+    ax.set_title("selection over the run")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True
 
 
 def _fmt(value: Any) -> str:
@@ -158,13 +218,17 @@ def write_report(
     try:
         programs = store.programs()
         backends = set(store.get_meta("sandbox_backends", None) or [])
+        records = load_records(store)
     finally:
         store.close()
     population = Population(config.database)
     for program in programs:
         population.add(program)
     seed = next((p for p in programs if p.iteration == 0), None)
-    best = population.best()
+    top = population.best()
+    chosen_id = chosen_from(records)
+    best: Program | None = population.programs.get(chosen_id, top) if chosen_id is not None else top
+    history = [r for r in history_from(records) if r.program_id in population.programs]
     plot_fitness(programs, run_dir / "plots" / "fitness.png")
 
     status = collections.Counter(p.status for p in programs)
@@ -177,17 +241,20 @@ def write_report(
         f"- programs: {len(programs)} ({status['ok']} ok, {status['failed']} failed evaluations, "
         f"{status['mutation_failed']} failed mutations)",
         f"- seed fitness: {_fmt(seed.fitness if seed else None)}",
-        f"- best fitness: {_fmt(best.fitness if best else None)}"
-        + (
-            f" (program `{best.id}`, iteration {best.iteration}, generation {best.generation})"
-            if best
-            else ""
+        f"- best fitness: {_fmt(top.fitness if top else None)}"
+        + (f" (program `{top.id}`, iteration {top.iteration}, generation {top.generation})" if top else ""),
+        (
+            f"- returned program: `{best.id}` (iteration {best.iteration}), the best of the "
+            f"{len(records)} validated on the validation set: {_fmt(records[best.id].score)} "
+            f"(training fitness {_fmt(best.fitness)})"
+            if best is not None and best.id in records
+            else "- returned program: the best on the training set (the task has no validation set)"
         ),
         f"- migrations: {population.migrations}",
         "",
         "![fitness over time](plots/fitness.png)",
         "",
-        "## Best program against the seed",
+        "## Returned program against the seed",
         "",
     ]
     if best and seed:
@@ -206,7 +273,7 @@ def write_report(
             "## Training set",
             "",
             (
-                f"The best program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
+                f"The returned program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
                 f"{_fmt(seed.fitness)}; higher is better)."
             ),
             "",
@@ -216,6 +283,21 @@ def write_report(
             rows.insert(0, (f"best ({best.id})", best.metrics, None))
         lines += _metric_table(rows) + [""]
     held_out_figures: dict[str, float | None] | None = None
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "best_id": best.id if best else None}
+    summary["selected_by"] = "validation" if best is not None and best.id in records else "training"
+    means: dict[str, dict[str, float | None]] = {
+        "training_mean": {},
+        "validation_mean": {},
+        "held_out_mean": {},
+    }
+    if seed is not None:
+        means["training_mean"]["seed"] = seed.fitness
+    if best is not None:
+        means["training_mean"]["best"] = best.fitness
+    for key, which in (("seed", seed), ("best", best)):
+        if which is not None and which.id in records:
+            means["validation_mean"][key] = records[which.id].score
+    held_out_history: dict[str, float | None] = {}
     evaluator_path = Path(str(info.get("task", ""))) / "evaluator.py"
     if (
         held_out
@@ -224,11 +306,79 @@ def write_report(
         and supports_held_out(evaluator_path)
     ):
         backends.add(probe_sandbox(config.evaluator))
+        selection = None
+        if records:
+            selection = [
+                (
+                    population.programs[r.program_id],
+                    f"validation-best after iteration {r.validated_at_iteration}",
+                )
+                for r in history
+                if r.iteration != 0
+            ]
+            if best is not None and best.iteration != 0 and (not selection or selection[-1][0].id != best.id):
+                selection.append((best, "returned"))
         entries = evaluate_held_out(
-            run_dir, evaluator_path, config, programs, population, workers=workers, on_result=on_held_out
+            run_dir,
+            evaluator_path,
+            config,
+            programs,
+            population,
+            workers=workers,
+            on_result=on_held_out,
+            selection=selection,
         )
         held_out_figures = {e.label: e.score for e in entries}
-        lines += _held_out_section(entries, config)
+        held_out_history = {e.program_id: e.score for e in entries if e.program_id is not None}
+        for entry in entries:
+            if entry.kind == "seed":
+                means["held_out_mean"]["seed"] = entry.score
+            elif entry.kind == "evolved":
+                means["held_out_mean"]["best"] = entry.score
+            elif entry.kind == "baseline":
+                means["held_out_mean"][entry.label] = entry.score
+        if best is not None and best.id == (seed.id if seed else None):
+            means["held_out_mean"]["best"] = means["held_out_mean"].get("seed")
+        baselines: list[tuple[str, str, str, Program | None]] = [
+            (e.label, "baseline", code, None)
+            for e in entries
+            if e.kind == "baseline"
+            for code in [held_out_baselines(evaluator_path)[e.label]]
+        ]
+        if baselines:
+            for stage, cache, key in (
+                ("evaluate", "training.json", "training_mean"),
+                (VALIDATION_STAGE, "validation.json", "validation_mean"),
+            ):
+                if stage == VALIDATION_STAGE and not defines_stage(evaluator_path, VALIDATION_STAGE):
+                    continue
+                timeout = config.validation.timeout if stage == VALIDATION_STAGE else None
+                for entry in score_stage(
+                    run_dir,
+                    evaluator_path,
+                    config,
+                    baselines,
+                    stage=stage,
+                    cache_name=cache,
+                    timeout=timeout,
+                    workers=workers,
+                ):
+                    means[key][entry.label] = entry.score
+        lines += _held_out_section(entries, config, means)
+    summary.update(means)
+    plot_selection(
+        programs, list(records.values()), history, held_out_history, run_dir / "plots" / "selection.png"
+    )
+    if records:
+        lines[
+            lines.index("![fitness over time](plots/fitness.png)") + 1 : lines.index(
+                "![fitness over time](plots/fitness.png)"
+            )
+            + 1
+        ] = [
+            "",
+            "![training, validation and held-out score of the chosen program over time](plots/selection.png)",
+        ]
     lines += [
         "## Islands",
         "",
@@ -240,25 +390,22 @@ def write_report(
             f"| {stat['island']} | {stat['members']} | {stat['cells']} | "
             f"{_fmt(stat['best_fitness'])} | {_fmt(stat['mean_fitness'])} |"
         )
-    by_id = {p.id: p for p in programs}
-    lines += ["", "## Mutations", "", "| kind | children | ok | improved on parent |", "|---|---:|---:|---:|"]
-    kinds: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
-    for p in programs:
-        if p.iteration == 0:
-            continue
-        row = kinds[p.mutation.get("kind", "?")]
-        row[0] += 1
-        row[1] += p.ok
-        parent = by_id.get(p.parent_id or "")
-        row[2] += bool(
-            p.ok
-            and parent
-            and parent.fitness is not None
-            and p.fitness is not None
-            and p.fitness > parent.fitness
+    operators = operator_stats(programs)
+    summary["operators"] = operators
+    lines += [
+        "",
+        "## Mutations",
+        "",
+        "A child is *valid* when the operator made a program that parses and changes only the evolve blocks, "
+        "*evaluated* when its evaluation succeeded, and *improved* when it beats its parent's fitness.",
+        "",
+        "| kind | children | valid | evaluated | improved on parent |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for kind, row in sorted(operators.items()):
+        lines.append(
+            f"| {kind} | {row['children']} | {row['valid']} | {row['evaluated']} | {row['improved']} |"
         )
-    for kind, (n, ok, better) in sorted(kinds.items()):
-        lines.append(f"| {kind} | {n} | {ok} | {better} |")
     failures = collections.Counter((p.failure or "").split("\n")[0][:120] for p in programs if not p.ok)
     if failures:
         lines += ["", "## Most common failures", ""]
@@ -267,11 +414,15 @@ def write_report(
     if unconfined:
         lines[:0] = [f"> **Warning: {UNCONFINED_WARNING}.**", ""]
     (run_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     figures: dict[str, Any] = {
         "run_dir": str(run_dir),
         "summary": str(run_dir / "summary.md"),
+        "summary_json": str(run_dir / "summary.json"),
         "plot": str(run_dir / "plots" / "fitness.png"),
         "best_score": best.fitness if best else None,
+        "best_id": best.id if best else None,
+        "selected_by": summary["selected_by"],
         "seed_score": seed.fitness if seed else None,
         "programs": len(programs),
         "unconfined": unconfined,
@@ -281,7 +432,33 @@ def write_report(
     return figures
 
 
-def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
+def operator_stats(programs: list[Program]) -> dict[str, dict[str, int]]:
+    """Per mutation kind: children made, valid (a program came out), evaluated (ok) and improved on the parent."""
+    by_id = {p.id: p for p in programs}
+    stats: dict[str, dict[str, int]] = {}
+    for p in programs:
+        if p.iteration <= 0:  # the seed and the extra seed programs are not children
+            continue
+        row = stats.setdefault(
+            str(p.mutation.get("kind", "?")), {"children": 0, "valid": 0, "evaluated": 0, "improved": 0}
+        )
+        row["children"] += 1
+        row["valid"] += p.status != "mutation_failed"
+        row["evaluated"] += p.ok
+        parent = by_id.get(p.parent_id or "")
+        row["improved"] += bool(
+            p.ok
+            and parent
+            and parent.fitness is not None
+            and p.fitness is not None
+            and p.fitness > parent.fitness
+        )
+    return stats
+
+
+def _held_out_section(
+    entries: list[HeldOutEntry], config: Any, means: dict[str, dict[str, float | None]] | None = None
+) -> list[str]:
     settings = config.evaluator.task_settings
     lines = [
         "## Held-out set",
@@ -295,8 +472,8 @@ def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
     if not evolved:
         lines += [
             (
-                "No evolved program beat the seed on the training set, so only the seed and the "
-                "baselines are scored."
+                "No evolved program was chosen over the seed (on the validation set, or on the training "
+                "set when the task has none), so only the seed and the baselines are scored."
             ),
             "",
         ]
@@ -313,15 +490,43 @@ def _held_out_section(entries: list[HeldOutEntry], config: Any) -> list[str]:
             "",
         ]
         scored = sorted(
-            ((score, e) for e in entries if (score := e.score) is not None),
+            ((score, e) for e in entries if (score := e.score) is not None and e.kind != "history"),
             key=lambda se: se[0],
             reverse=True,
         )
         rank = next(i for i, (_, e) in enumerate(scored, start=1) if e is evolved[0])
         lines += [f"It ranks {rank} of {len(scored)} on the held-out mean.", ""]
+        beaten = [
+            e.label for e in entries if e.kind == "baseline" and e.score is not None and top_score > e.score
+        ]
+        unbeaten = [
+            e.label for e in entries if e.kind == "baseline" and e.score is not None and top_score <= e.score
+        ]
+        if beaten or unbeaten:
+            lines += [
+                "It beats "
+                + (", ".join(f"`{b}`" for b in beaten) or "no baseline")
+                + (f" and not {', '.join(f'`{b}`' for b in unbeaten)}" if unbeaten else "")
+                + ".",
+                "",
+            ]
+    if means:
+        names = list(dict.fromkeys([*means.get("training_mean", {}), *means.get("held_out_mean", {})]))
+        lines += [
+            "Means per set (training at the search's settings; validation chooses the returned program):",
+            "",
+            "| program | training mean | validation mean | held-out mean |",
+            "|---|---:|---:|---:|",
+        ]
+        for name in names:
+            lines.append(
+                f"| {name} | {_fmt(means.get('training_mean', {}).get(name))} | "
+                f"{_fmt(means.get('validation_mean', {}).get(name))} | {_fmt(means.get('held_out_mean', {}).get(name))} |"
+            )
+        lines.append("")
     rows = [
         (
-            e.label + (" (baseline)" if e.kind == "baseline" else ""),
+            e.label + {"baseline": " (baseline)", "history": " (earlier choice)"}.get(e.kind, ""),
             e.metrics if e.status == "ok" else None,
             e.failure,
         )

@@ -3,7 +3,9 @@
 A task is a directory holding ``initial_program.py`` (the seed, with
 ``EVOLVE-BLOCK-START``/``EVOLVE-BLOCK-END`` markers), ``evaluator.py``
 (``evaluate(program_path) -> dict``, optionally ``evaluate_stage1/2/3``) and,
-optionally, ``config.yaml`` (OpenEvolve's keys, see :mod:`societas.evolve.config`).
+optionally, ``config.yaml`` (OpenEvolve's keys, see :mod:`societas.evolve.config`)
+and ``building_blocks.yaml`` (the library of the ``blocks`` mutation, see
+:mod:`societas.evolve.blocks`).
 That is exactly what OpenEvolve's ``openevolve-run.py initial_program.py
 evaluator.py --config config.yaml`` takes, so such tasks run here unchanged.
 Built-in tasks live in ``evolve/tasks/NAME/`` and may be named by ``NAME``:
@@ -21,10 +23,13 @@ from pathlib import Path
 
 from societas.agents.documents import DocumentError, read_text
 
+from .blocks import BLOCKS_FILE
 from .evaluator import TaskError
-from .program import EvolveBlockError, find_evolve_blocks
+from .program import EvolveBlockError, find_evolve_blocks, frozen_parts_equal
 
-__all__ = ["BUILTIN_TASKS_DIR", "Task", "load_task"]
+__all__ = ["BUILTIN_TASKS_DIR", "SEEDS_DIR", "Task", "load_seed_programs", "load_task"]
+
+SEEDS_DIR = "seeds"
 
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -36,6 +41,7 @@ class Task:
     initial_program: str
     evaluator_path: Path
     config_path: Path | None
+    blocks_path: Path | None = None  # building_blocks.yaml: the library of the ``blocks`` mutation
 
 
 def load_task(spec: str | Path) -> Task:
@@ -74,4 +80,52 @@ def load_task(spec: str | Path) -> Task:
     except (MemoryError, RecursionError):
         raise TaskError(f"{program_path} is nested too deeply for Python's parser") from None
     config_path = path / "config.yaml"
-    return Task(path.name, path, code, evaluator_path, config_path if config_path.is_file() else None)
+    blocks_path = path / BLOCKS_FILE
+    return Task(
+        path.name,
+        path,
+        code,
+        evaluator_path,
+        config_path if config_path.is_file() else None,
+        blocks_path if blocks_path.is_file() else None,
+    )
+
+
+def load_seed_programs(task: Task, names: list[str]) -> list[tuple[str, str]]:
+    """``(name, code)`` of the task's extra seed programs (``seeds/NAME.py``); ``["all"]``: every one, sorted.
+
+    Each must parse and keep the task's program outside its evolve blocks byte
+    for byte (it is a program of the same task); :class:`TaskError` names the
+    file otherwise, or the missing names and what there is.
+    """
+    if not names:
+        return []
+    directory = task.directory / SEEDS_DIR
+    available = sorted(p.stem for p in directory.glob("*.py")) if directory.is_dir() else []
+    wanted = available if names == ["all"] else list(dict.fromkeys(names))
+    if not wanted:
+        raise TaskError(f"task {task.name} has no seed programs ({directory}/*.py)")
+    missing = [n for n in wanted if n not in available]
+    if missing:
+        raise TaskError(
+            f"task {task.name} has no seed program(s) {missing}; it has: {', '.join(available) or 'none'}"
+            " (or give 'all')"
+        )
+    out = []
+    for name in wanted:
+        path = directory / f"{name}.py"
+        try:
+            code = read_text(path)
+            ast.parse(code, filename=str(path))
+        except DocumentError as exc:
+            raise TaskError(str(exc)) from None
+        except SyntaxError as exc:
+            raise TaskError(f"{path} does not parse: {exc.msg} (line {exc.lineno})") from None
+        try:
+            same = frozen_parts_equal(task.initial_program, code)
+        except EvolveBlockError as exc:
+            raise TaskError(f"{path}: {exc}") from None
+        if not same:
+            raise TaskError(f"{path} changes the task's program outside its evolve blocks")
+        out.append((name, code))
+    return out

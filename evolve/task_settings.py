@@ -47,4 +47,12 @@ def load_task_settings(
             f"{task} task setting held_out_iterations must be a whole number >= 1, got {held_out!r}"
         )
     values["held_out_iterations"] = held_out
+    if "validation_iterations" in values:
+        # Selection is made at the horizon the results are reported at (default: the held-out one).
+        validation = values.get("validation_iterations") or held_out
+        if isinstance(validation, bool) or not isinstance(validation, int) or validation < 1:
+            raise ValueError(
+                f"{task} task setting validation_iterations must be a whole number >= 1, got {validation!r}"
+            )
+        values["validation_iterations"] = validation
     return values

@@ -199,9 +199,17 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 def render_with_tokenizer(tokenizer: Any, prompt: Prompt) -> str:
     """The exact text a local model sees: the tokenizer's chat template with the
     generation prompt, or a plain transcript when it has no template. Shared by
-    every local backend so that they tokenise a prompt identically."""
+    every local backend so that they tokenise a prompt identically.
+
+    A prompt whose last message is the assistant's is *continued* (the
+    model writes the rest of that message, as ``continue_final_message`` in
+    transformers and vLLM): the way to start a small model's answer for it."""
     msgs = normalize_prompt(prompt)
     if getattr(tokenizer, "chat_template", None):
+        if msgs and msgs[-1].get("role") == "assistant":
+            return tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=False, continue_final_message=True
+            )
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     return render_chat_plain(msgs)
 

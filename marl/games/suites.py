@@ -14,3 +14,13 @@ HELD_OUT_GAMES = [
     "liars_dice(dice_sides=6)",
 ]
 PAPER_GAMES = TRAINING_GAMES + HELD_OUT_GAMES
+
+# Not from the paper: games for *selecting* among evolved programs, apart from
+# both the training games (which the search optimises) and the held-out games
+# (which are only reported). Variants of the same families (more players,
+# another card order, fewer die faces), each cheap enough to score often.
+VALIDATION_GAMES = [
+    "kuhn_poker(players=5)",
+    "goofspiel(num_cards=4,imp_info=True,points_order=ascending)",
+    "liars_dice(dice_sides=4)",
+]

@@ -54,7 +54,7 @@ def test_a_perturbed_seed_is_a_different_valid_algorithm():
 
 
 def test_seed_hooks_are_cfr_plus_bit_for_bit_on_every_training_game():
-    """The seed's knobs (discount 0, floor 0, optimism 0, powers 1) are exact identities of CFR+."""
+    """The seed (regret matching+ as its one building block, weight t**1.0) is CFR+ in floating point too."""
     import importlib.util
 
     from societas.evolve.tasks.cfr.evaluator import TRAIN_GAMES
@@ -65,7 +65,7 @@ def test_seed_hooks_are_cfr_plus_bit_for_bit_on_every_training_game():
     seed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seed)
     for game in TRAIN_GAMES:
-        ours = CFRSolver(game, seed.build_algorithm(), device="cpu").run(30).exploitability[0]
+        ours = CFRSolver(game, seed.build_algorithm(30), device="cpu").run(30).exploitability[0]
         reference = CFRSolver(game, get_algorithm("cfr+"), device="cpu").run(30).exploitability[0]
         assert float(ours) == float(reference), game
 

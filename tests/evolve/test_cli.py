@@ -44,6 +44,9 @@ def test_run_json_and_report(tmp_path):
     result = last_json(proc)
     assert set(result) == {
         "best_score",
+        "best_training_score",
+        "validation_score",
+        "selected_by",
         "seed_score",
         "evaluated",
         "failed",
@@ -51,11 +54,14 @@ def test_run_json_and_report(tmp_path):
         "sandbox",
         "unconfined",
     }
+    # The test task has no validation set: the returned program is the best on training.
+    assert result["selected_by"] == "training" and result["validation_score"] is None
+    assert result["best_score"] == result["best_training_score"]
     assert result["sandbox"] in ("bwrap", "rlimit")
     assert result["unconfined"] == (result["sandbox"] == "rlimit")
     assert result["best_score"] >= result["seed_score"] > 0
     run_dir = Path(result["run_dir"])
-    assert {"config.yaml", "metrics.jsonl", "programs.db", "summary.md", "run.json"} <= {
+    assert {"config.yaml", "metrics.jsonl", "programs.db", "summary.md", "summary.json", "run.json"} <= {
         p.name for p in run_dir.iterdir()
     }
     (run_dir / "summary.md").unlink()

@@ -157,14 +157,29 @@ def test_function_swap_uses_configured_pairs():
         swap_function("# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n", random.Random(0), CFG)
 
 
-def test_crossover_takes_a_same_named_function_from_the_other_parent():
+def test_crossover_takes_a_whole_hook_from_the_other_parent():
     donor = CODE.replace("        return r * 2.0", "        return r.clamp(min=0)")
     child, note = crossover(CODE, donor, random.Random(0))
-    assert note == "function Hook.update from the second parent"
+    assert note == "Hook from the second parent"
     assert "return r.clamp(min=0)" in child and "return torch.relu" in child
     _blocks_only_changed(child)
-    with pytest.raises(MutationError, match="share no differing function"):
+    with pytest.raises(MutationError, match="share no differing class or function"):
         crossover(CODE, CODE, random.Random(0))
+
+
+def test_crossover_recombines_several_hooks_but_never_copies_the_donor_whole():
+    donor = CODE.replace("        return r * 2.0", "        return r.clamp(min=0)").replace(
+        "z = x * 0.5 + y - 2", "z = x * 0.25 + y"
+    )
+    seen = set()
+    for seed in range(40):
+        child, note = crossover(CODE, donor, random.Random(seed))
+        _blocks_only_changed(child)
+        took_hook, took_step = "r.clamp(min=0)" in child, "x * 0.25 + y" in child
+        assert took_hook != took_step  # one unit from each parent: never all from the donor
+        assert note == ("Hook" if took_hook else "step") + " from the second parent"
+        seen.add(note)
+    assert len(seen) == 2
 
 
 def _parent(code=CODE):

@@ -8,8 +8,11 @@ exploitability of the average policy and their mean as ``combined_score``
 (higher is better); an average policy with negative or non-finite entries
 fails the candidate (its "exploitability" would mean nothing).
 ``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on 3-player
-Kuhn poker. ``evaluate_held_out`` scores the held-out games with
-``held_out_iterations`` (not used for selection), and ``held_out_baselines()``
+Kuhn poker. ``evaluate_validation`` scores the validation games (variants of the same
+families, apart from both sets) with ``validation_iterations``: the run
+returns the program that does best there among its best on the training
+set. ``evaluate_held_out`` scores the held-out games with
+``held_out_iterations`` (never used for selection), and ``held_out_baselines()``
 gives the built-in algorithms of ``societas.marl.games`` as programs of the same form,
 so a report can rank them on the same footing.
 
@@ -17,7 +20,8 @@ Settings (defaults: the paper's 1000 iterations, 100 for stage 1) come, later
 overriding earlier, from ``settings.json`` next to this file and from
 ``task_settings.json`` next to the program (written by the engine from the
 run's ``evaluator.task_settings``): keys ``iterations``,
-``stage1_iterations``, ``held_out_iterations`` (default: ``iterations``).
+``stage1_iterations``, ``held_out_iterations`` (default: ``iterations``),
+``validation_iterations`` (default: ``held_out_iterations``).
 """
 
 import importlib.util
@@ -26,10 +30,15 @@ import math
 import re
 
 from societas.evolve.task_settings import load_task_settings
-from societas.marl.games.suites import HELD_OUT_GAMES
+from societas.marl.games.suites import HELD_OUT_GAMES, VALIDATION_GAMES
 from societas.marl.games.suites import TRAINING_GAMES as TRAIN_GAMES
 
-DEFAULTS = {"iterations": 1000, "stage1_iterations": 100, "held_out_iterations": None}
+DEFAULTS = {
+    "iterations": 1000,
+    "stage1_iterations": 100,
+    "held_out_iterations": None,
+    "validation_iterations": None,
+}
 
 # The built-in baselines as candidate programs. Horizon-dependent constants follow
 # the planned number of iterations T: HS-PCFR+ schedules gamma over T, and VAD-CFR
@@ -129,6 +138,10 @@ def evaluate_stage1(program_path):
 
 def evaluate(program_path):
     return score(program_path, TRAIN_GAMES, settings(program_path)["iterations"])
+
+
+def evaluate_validation(program_path):
+    return score(program_path, VALIDATION_GAMES, settings(program_path)["validation_iterations"])
 
 
 def evaluate_held_out(program_path):
