@@ -57,16 +57,32 @@ Built-in solvers (:data:`META_SOLVERS`, :func:`get_meta_solver`):
   ``clip(8000 + 50 (n-1), 8000, 15000)`` iterations and the *last* iterate.
   ``n`` is player 0's population size.
 
-The iterative solvers are written for speed: the replicator and
-regret-matching steps of all players are done at once on stacked ``[N, n]``
-arrays when the populations have equal sizes (the PSRO case), and two-player
-payoff vectors are matrix-vector products with pre-transposed contiguous
-matrices.
+The iterative solvers are written for speed, at unchanged results:
+
+* the replicator and regret-matching steps of all players are done at once on
+  stacked ``[N, n]`` arrays when the populations have equal sizes (the PSRO
+  case), in preallocated buffers; the simplex projection first tries the
+  previous step's support (one sort every few thousand steps);
+* payoff vectors are matrix-vector products on pre-transposed contiguous
+  tensors. For replicator dynamics and the SHOR hybrid, whose results move by
+  rounding only, repeated members of a 3+-player population (PSRO's best
+  responses repeat) are merged into one row of a smaller tensor, and in a
+  zero-sum meta-game the last player's payoff vector comes from the others'
+  tensors, one tensor pass fewer (:class:`_PayoffVectors`);
+* regret matching is chaotic over 1e5 iterations (a change in the last bit of
+  a payoff vector moves its average by up to 1e-2), so it keeps the
+  straightforward arithmetic bit for bit and only sheds Python overhead;
+* ``prd`` and ``rm`` remember their last answers (keyed by a digest of the
+  meta-game): PSRO asks for the same meta-game twice in a row, for the
+  evaluation meta-strategy after an iteration and the training one of the next.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -120,33 +136,259 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return x / s if s > 0 else np.full(len(x), 1.0 / len(x))
 
 
-class _PayoffVectors:
-    """``u_p = payoff of each pure strategy of p against the others' mixed
-    strategies``, contracted in OpenSpiel's order (last player first)."""
+# Members whose payoff slices agree to within this fraction of the largest
+# |payoff| are merged by the merged contraction (see _member_classes).
+_MERGE_TOL = 1e-12
+# Merging is tried for meta-games of at least 3 players and this many joint profiles.
+_MERGE_MIN_PROFILES = 4096
 
-    def __init__(self, games: list[np.ndarray]):
-        self.n_players = len(games)
+
+def _leave_one_out(tensor: np.ndarray, vectors: Sequence[np.ndarray], q: int) -> np.ndarray:
+    """``tensor`` contracted with ``vectors[r]`` on every axis ``r != q``."""
+    x = tensor
+    for r in range(q):  # leading axes: vector-matrix products
+        x = vectors[r] @ x.reshape(x.shape[0], -1)
+        x = x.reshape(tensor.shape[r + 1 :])
+    for r in range(tensor.ndim - 1, q, -1):  # trailing axes: matrix-vector products
+        x = x.reshape(-1, x.shape[-1]) @ vectors[r]
+        x = x.reshape(tensor.shape[q:r])
+    return x
+
+
+def _member_classes(games: list[np.ndarray]) -> list[np.ndarray] | None:
+    """Per player ``q``: the class of each member of ``q``'s population, where
+    members whose payoff slices (in every player's tensor) agree to within
+    ``_MERGE_TOL`` times the largest |payoff| share a class; ``None`` when the
+    classes would not shrink the tensor enough to pay for themselves.
+
+    PSRO's best responses repeat (4-player Kuhn poker's populations of 51
+    members hold about 15 distinct policies each), and their meta-game entries,
+    computed in different contractions, agree to rounding. Candidates are
+    grouped by a random linear fingerprint of the slices (near-equal slices
+    give near-equal fingerprints); the grouping is then checked entry by entry
+    against the whole tensor, and refused if any entry is further than the
+    tolerance from its class representative's."""
+    N = len(games)
+    shape = games[0].shape
+    scale = max(float(np.abs(g).max()) for g in games)
+    if not np.isfinite(scale):
+        return None
+    tol = _MERGE_TOL * scale
+    rng = np.random.default_rng(0x5EED)
+    coef = rng.uniform(0.5, 1.5, size=N)
+    vectors = [rng.uniform(0.5, 1.5, size=int(n)) for n in shape]
+    mixed = coef[0] * games[0]
+    for c, g in zip(coef[1:], games[1:]):
+        mixed += c * g
+    classes, reps = [], []
+    for q in range(N):
+        fp = _leave_one_out(mixed, vectors, q)
+        others = float(np.prod([vectors[r].sum() for r in range(N) if r != q]))
+        bound = 2.0 * tol * coef.sum() * others + 1e-13 * float(np.abs(fp).max())
+        cls = np.empty(shape[q], dtype=np.intp)
+        rep: list[int] = []
+        for k in range(shape[q]):
+            near = [j for j, r in enumerate(rep) if abs(fp[k] - fp[r]) <= bound]
+            if near:
+                cls[k] = near[0]
+            else:
+                cls[k] = len(rep)
+                rep.append(k)
+        classes.append(cls)
+        reps.append(np.asarray(rep, dtype=np.intp))
+    if np.prod([len(r) for r in reps], dtype=float) > 0.5 * np.prod(shape, dtype=float):
+        return None
+    tail = np.ix_(*classes[1:])
+    for g in games:
+        core = g[np.ix_(*reps)]
+        for k in range(shape[0]):
+            if np.abs(core[classes[0][k]][tail] - g[k]).max() > tol:
+                return None
+    return classes
+
+
+class _PayoffVectors:
+    """``u_p`` = the payoff of each pure strategy of ``p`` against the others'
+    mixed strategies.
+
+    ``exact=True`` contracts the payoff tensors exactly as before (OpenSpiel's
+    order, last player first, with the same BLAS calls), bit for bit: regret
+    matching's trajectory is chaotic (a change in the last bit of a payoff
+    vector changes its 1e5-iteration average by up to 1e-2), so its
+    arithmetic must not change. ``exact=False`` (replicator dynamics and the
+    SHOR hybrid, whose results move by rounding only) may contract a merged
+    tensor instead: members of a population with the same payoffs
+    (:func:`_member_classes`) are one row of a smaller *core* tensor, the
+    strategies are summed over each class (``reduce``), the core is contracted
+    and the result is expanded back to the members."""
+
+    def __init__(self, games: list[np.ndarray], exact: bool = True):
+        self.n_players = N = len(games)
+        self.shape = shape = games[0].shape
         self.games = games
-        if self.n_players == 2:
+        self.exact = exact
+        # contraction order: last player first (exact), first player first (otherwise)
+        self.others = [[q for q in range(N) if q != p] for p in range(N)]
+        if exact:
+            self.others = [o[::-1] for o in self.others]
+        self.classes: list[np.ndarray] | None = None
+        self._blk: np.ndarray | None = None
+        if N == 2:
             self.m0 = np.ascontiguousarray(games[0])  # [n0, n1]
             self.m1t = np.ascontiguousarray(games[1].T)  # [n1, n0]
-        else:
-            self.moved = []
-            for p, g in enumerate(games):
-                order = [p] + [q for q in range(self.n_players) if q != p]
-                self.moved.append(np.ascontiguousarray(np.transpose(g, order)))
+            return
+        tensors = games
+        if not exact and np.prod(shape, dtype=float) >= _MERGE_MIN_PROFILES:
+            self.classes = _member_classes(games)
+        if self.classes is not None:
+            reps = [np.unique(c, return_index=True)[1] for c in self.classes]
+            tensors = [g[np.ix_(*reps)] for g in games]
+            self.sizes = [len(r) for r in reps]
+            offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+            self.offsets = [int(o) for o in offsets]
+            if len(set(shape)) == 1:
+                # one index for all players: member k of player p -> slot of its class
+                self.flat = np.concatenate([c + o for c, o in zip(self.classes, offsets)])
+        self.tensors = tensors
+        self._moved: list[np.ndarray] | None = None
+        self._zero_sum: list[np.ndarray] | None = None
+        self.zero_sum = False
+        if not exact:
+            scale = max(float(np.abs(t).max()) for t in tensors)
+            total = np.sum(tensors, axis=0)
+            self.zero_sum = bool(np.isfinite(scale) and float(np.abs(total).max()) <= _MERGE_TOL * scale)
+
+    @property
+    def moved(self) -> list[np.ndarray]:
+        """Player ``p``'s tensor with ``p``'s axis first (exact) or last."""
+        if self._moved is None:
+            N = self.n_players
+            self._moved = []
+            for p, g in enumerate(self.tensors):
+                others = [q for q in range(N) if q != p]
+                order = [p] + others if self.exact else others + [p]
+                self._moved.append(np.ascontiguousarray(np.transpose(g, order)))
+        return self._moved
+
+    @property
+    def merged(self) -> bool:
+        return self.classes is not None
+
+    def reduce(self, q: int, s: np.ndarray) -> np.ndarray:
+        """Player ``q``'s strategy in the form :meth:`one_reduced` takes."""
+        if self.classes is None:
+            return s
+        return np.bincount(self.classes[q], weights=s, minlength=self.sizes[q])
+
+    def _contract(self, p: int, reduced: Sequence[np.ndarray]) -> np.ndarray:
+        """Player ``p``'s (possibly merged) tensor contracted with the others'
+        (reduced) strategies: last player first with one ``@`` per axis
+        (exact), or first player first (otherwise)."""
+        acc = self.moved[p]
+        if self.exact:
+            for q in self.others[p]:
+                acc = acc @ reduced[q]
+            return acc
+        # the tensor is stored with p's axis last: one vector-matrix product
+        # over the whole tensor per leading axis
+        for q in self.others[p]:
+            v = reduced[q]
+            acc = np.dot(v, acc.reshape(len(v), -1))
+        return acc
+
+    def one_reduced(self, p: int, reduced: Sequence[np.ndarray]) -> np.ndarray:
+        acc = self._contract(p, reduced)
+        return acc if self.classes is None else acc[self.classes[p]]
 
     def one(self, p: int, strategies) -> np.ndarray:
         if self.n_players == 2:
             return self.m0 @ strategies[1] if p == 0 else self.m1t @ strategies[0]
-        acc = self.moved[p]
-        for q in range(self.n_players - 1, -1, -1):
-            if q != p:
-                acc = acc @ strategies[q]
-        return acc
+        if self.classes is None:
+            return self.one_reduced(p, strategies)
+        return self.one_reduced(p, [s if q == p else self.reduce(q, s) for q, s in enumerate(strategies)])
 
     def all(self, strategies) -> list[np.ndarray]:
         return [self.one(p, strategies) for p in range(self.n_players)]
+
+    def stacked(self, S: np.ndarray) -> np.ndarray:
+        """``[N, n]`` payoff vectors of the stacked ``[N, n]`` strategies
+        (equal population sizes)."""
+        N = self.n_players
+        if N == 2:
+            if self._blk is None:
+                n = self.shape[0]
+                blk = np.zeros((2 * n, 2 * n))
+                blk[:n, n:] = self.m0
+                blk[n:, :n] = self.m1t
+                self._blk = blk
+            # np.dot and @ both make this one cblas_dgemv call; np.dot has less overhead
+            return np.dot(self._blk, S.reshape(-1)).reshape(2, -1)
+        if self.classes is None:
+            if not self.zero_sum:
+                return np.stack(self.all(S))
+            return self._stacked_zero_sum(S)
+        agg = np.bincount(self.flat, weights=S.reshape(-1), minlength=self.offsets[-1])
+        red = [agg[self.offsets[q] : self.offsets[q + 1]] for q in range(N)]
+        if self.zero_sum:
+            out = self._stacked_zero_sum(red).reshape(-1)
+        else:
+            out = np.empty(self.offsets[-1])
+            for p in range(N):
+                out[self.offsets[p] : self.offsets[p + 1]] = self._contract(p, red)
+        return out[self.flat].reshape(N, -1)
+
+    def _stacked_zero_sum(self, red) -> np.ndarray:
+        """All payoff vectors of a zero-sum game from ``N - 1`` tensors: the
+        last player's is minus the sum of the others' tensors contracted with
+        the first ``N - 1`` strategies, and player ``p``'s tensor with axes
+        ``(rest..., N-1, p)`` gives both ``p``'s vector and its share of the
+        last player's in one pass."""
+        N = self.n_players
+        if self._zero_sum is None:
+            self._zero_sum = [
+                np.ascontiguousarray(np.transpose(t, [q for q in range(N - 1) if q != p] + [N - 1, p]))
+                for p, t in enumerate(self.tensors[:-1])
+            ]
+        out = []
+        last = None
+        for p, acc in enumerate(self._zero_sum):
+            for q in range(N - 1):
+                if q != p:
+                    v = red[q]
+                    acc = np.dot(v, acc.reshape(len(v), -1))
+            w = acc.reshape(len(red[N - 1]), -1)  # [n_{N-1}, n_p]
+            out.append(np.dot(red[N - 1], w))
+            part = np.dot(w, red[p])
+            last = part if last is None else last + part
+        assert last is not None  # N >= 3: at least two tensors above
+        out.append(-last)
+        return np.concatenate(out) if self.classes is not None else np.stack(out)
+
+
+class _StackedAverager:
+    """Average of ``[N, n]`` points: all of them, or the last ``window``."""
+
+    def __init__(self, window: int | None, first: np.ndarray):
+        self.window = window
+        self.count = 1
+        if window is None:
+            self.total = np.array(first, dtype=np.float64)
+        else:
+            self.buffer = np.empty((max(int(window), 1),) + first.shape)
+            self.buffer[0] = first
+
+    def append(self, S: np.ndarray) -> None:
+        if self.window is None:
+            self.total += S
+        else:
+            self.buffer[self.count % len(self.buffer)] = S
+        self.count += 1
+
+    def average(self) -> list[np.ndarray]:
+        if self.window is None:
+            return list(self.total / self.count)
+        m = min(self.count, len(self.buffer))
+        return list(self.buffer[:m].sum(0) / m)
 
 
 class _Averager:
@@ -155,10 +397,10 @@ class _Averager:
     def __init__(self, window: int | None):
         self.window = window
         self.total: list[np.ndarray] | None = None
-        self.buffer: list = []
+        self.buffer: list[list[np.ndarray]] = []
         self.count = 0
 
-    def append(self, strategies):
+    def append(self, strategies: Sequence[np.ndarray]) -> None:
         if self.window is None:
             if self.total is None:
                 self.total = [np.array(s, dtype=np.float64) for s in strategies]
@@ -178,15 +420,28 @@ class _Averager:
                 raise ValueError("no strategies to average: append() was never called")
             return [t / self.count for t in self.total]
         n = len(self.buffer)
-        return [sum(b[p] for b in self.buffer) / n for p in range(len(self.buffer[0]))]
+        # sum() starts from 0; the buffer is not empty, so each sum is an array
+        return [np.asarray(sum(b[p] for b in self.buffer)) / n for p in range(len(self.buffer[0]))]
 
 
 class _SimplexProjector:
     """Row-wise L2 projection of an ``[R, n]`` array on ``{y : y >= gamma,
-    sum y = 1}``: the sort-based algorithm of OpenSpiel's
-    ``_simplex_projection`` with its constants precomputed. The test
-    ``u_k + t_k <= gamma`` is monotone in ``k``, so its first success (what
-    OpenSpiel finds with ``searchsorted``) is ``n`` minus the number of failures."""
+    sum y = 1}``: ``y = max(x + tau, gamma)`` with one shift ``tau`` per row.
+
+    The sort-based algorithm is OpenSpiel's ``_simplex_projection`` with its
+    constants precomputed (the test ``u_k + t_k <= gamma`` is monotone in
+    ``k``, so its first success, which OpenSpiel finds with ``searchsorted``,
+    is ``n`` minus the number of failures). Along a replicator trajectory the
+    set of entries above ``gamma`` rarely changes, so each call first tries the
+    previous call's set ``A``: ``tau = (1 - (n - |A|) gamma - sum_A x) / |A|``
+    is the projection's shift exactly when ``x + tau`` is above ``gamma`` on
+    ``A`` and only there (then ``sum_i max(x_i + tau, gamma) = 1``, and the
+    shift with that property is unique); otherwise the sort decides."""
+
+    # set with ``active`` by the first sorted projection
+    active_bytes: bytes
+    const: np.ndarray
+    inv_size: np.ndarray
 
     def __init__(self, rows: int, n: int, gamma: float):
         idx = np.arange(1, n + 1)
@@ -194,12 +449,29 @@ class _SimplexProjector:
         self.inv = 1.0 / idx
         self.offs = np.arange(rows) * n - 1
         self.n, self.gamma = n, gamma
+        self.active: np.ndarray | None = None
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def sorted_projection(self, x: np.ndarray) -> np.ndarray:
         u = np.sort(x, axis=1)[:, ::-1]
         ut = (self.c0 - np.cumsum(u, axis=1)) * self.inv
         rho = self.n - (u + ut <= self.gamma).sum(1)
         return np.maximum(x + ut.ravel()[self.offs + rho][:, None], self.gamma)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        gamma = self.gamma
+        active = self.active
+        if active is not None:
+            tau = (self.const - np.add.reduce(x * active, axis=1)) * self.inv_size
+            y = x + tau[:, None]
+            if (y > gamma).tobytes() == self.active_bytes:
+                return np.maximum(y, gamma, out=y)
+        y = self.sorted_projection(x)
+        self.active = active = y > gamma
+        self.active_bytes = active.tobytes()
+        size = np.add.reduce(active, axis=1)
+        self.const = 1 - (self.n - size) * gamma
+        self.inv_size = 1.0 / size
+        return y
 
 
 # --------------------------------------------------------------- algorithms --
@@ -218,47 +490,45 @@ def projected_replicator_dynamics(
     games = _as_games(meta_games)
     N = len(games)
     shape = games[0].shape
-    pv = _PayoffVectors(games)
+    pv = _PayoffVectors(games, exact=False)
     strategies = (
         [np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
         if initial_strategies is not None
         else [np.ones(shape[k]) / shape[k] for k in range(N)]
     )
-    avg = _Averager(average_over_last_n_strategies)
+    window = average_over_last_n_strategies
     iterations = int(iterations)
     if len(set(shape)) == 1:  # stacked fast path: one [N, n] array
         S = np.stack(strategies)
+        spare = np.empty_like(S)
         proj = _SimplexProjector(N, shape[0], gamma)
-        avg.append(S)
-        if N == 2:
-            n = shape[0]
-            blk = np.zeros((2 * n, 2 * n))
-            blk[:n, n:] = pv.m0
-            blk[n:, :n] = pv.m1t
-            for _ in range(iterations):
-                V = (blk @ S.reshape(-1)).reshape(2, n)
-                ret = (V * S).sum(1, keepdims=True)
-                S = proj(S + dt * (S * (V - ret)))
-                avg.append(S)
-        else:
-            for _ in range(iterations):
-                V = np.stack(pv.all(S))
-                ret = (V * S).sum(1, keepdims=True)
-                S = proj(S + dt * (S * (V - ret)))
-                avg.append(S)
+        avg = _StackedAverager(window, S)
+        add_reduce = np.add.reduce
+        for _ in range(iterations):
+            V = pv.stacked(S)
+            X = spare
+            np.multiply(V, S, out=X)
+            ret = add_reduce(X, axis=1, keepdims=True)
+            np.subtract(V, ret, out=X)
+            X *= S
+            X *= dt
+            X += S  # S + dt * (S * (V - ret))
+            spare, S = S, proj(X)
+            avg.append(S)
         return avg.average()
+    traj = _Averager(window)
     projs = [_SimplexProjector(1, shape[p], gamma) for p in range(N)]
-    avg.append(strategies)
+    traj.append(strategies)
     for _ in range(iterations):
-        V = pv.all(strategies)
+        payoffs = pv.all(strategies)
         new = []
         for p in range(N):
             s = strategies[p]
-            delta = s * (V[p] - np.dot(V[p], s))
+            delta = s * (payoffs[p] - np.dot(payoffs[p], s))
             new.append(projs[p]((s + dt * delta)[None])[0])
         strategies = new
-        avg.append(strategies)
-    return avg.average()
+        traj.append(strategies)
+    return traj.average()
 
 
 def regret_matching(
@@ -270,52 +540,66 @@ def regret_matching(
 ) -> list[np.ndarray]:
     """Regret matching with simultaneous updates, as OpenSpiel's
     ``regret_matching`` (initial regrets 1e-6, ``gamma``-uniform mixing,
-    average of the trajectory)."""
+    average of the trajectory).
+
+    The trajectory is chaotic: a change in the last bit of one payoff vector
+    moves the 1e5-iteration average by up to 1e-2. Every step therefore does
+    the same floating-point operations, in the same order and with the same
+    BLAS calls, as the straightforward implementation (``exact``
+    :class:`_PayoffVectors`); only Python overhead is saved."""
     games = _as_games(meta_games)
     N = len(games)
     shape = games[0].shape
-    pv = _PayoffVectors(games)
+    pv = _PayoffVectors(games, exact=True)
     strategies: list[np.ndarray] = (
         [np.asarray(s, dtype=np.float64).copy() for s in initial_strategies]
         if initial_strategies is not None
         else [np.ones(shape[k]) / shape[k] for k in range(N)]
     )
-    avg = _Averager(average_over_last_n_strategies)
+    window = average_over_last_n_strategies
     iterations = int(iterations)
     if len(set(shape)) == 1:
         n = shape[0]
         S = np.stack(strategies)
         R = np.full((N, n), 1e-6)
         uni = np.full((N, n), 1.0 / n)
-        avg.append(S)
-        blk = None
-        if N == 2:
-            blk = np.zeros((2 * n, 2 * n))
-            blk[:n, n:] = pv.m0
-            blk[n:, :n] = pv.m1t
+        gamma_uni = gamma * uni
+        keep = 1 - gamma
+        avg = _StackedAverager(window, S)
+        X = np.empty((N, n))
+        pos = np.empty((N, n))
+        add_reduce = np.add.reduce
         for _ in range(iterations):
-            V = (blk @ S.reshape(-1)).reshape(2, n) if blk is not None else np.stack(pv.all(S))
-            R += V - (V * S).sum(1, keepdims=True)
-            pos = np.maximum(R, 0.0)
-            tot = pos.sum(1, keepdims=True)
-            ok = tot > 0
-            S = np.where(ok, gamma * uni + (1 - gamma) * (pos / np.where(ok, tot, 1.0)), uni)
+            V = pv.stacked(S)
+            np.multiply(V, S, out=X)
+            np.subtract(V, add_reduce(X, axis=1, keepdims=True), out=X)
+            R += X  # R += V - (V * S).sum(1, keepdims=True)
+            np.maximum(R, 0.0, out=pos)
+            tot = add_reduce(pos, axis=1, keepdims=True)
+            if tot.min() > 0:
+                S = np.divide(pos, tot)
+                S *= keep
+                S += gamma_uni  # gamma * uni + (1 - gamma) * (pos / tot)
+            else:
+                ok = tot > 0
+                S = np.where(ok, gamma_uni + keep * (pos / np.where(ok, tot, 1.0)), uni)
             avg.append(S)
         return avg.average()
+    traj = _Averager(window)
     regrets = [np.full(shape[k], 1e-6) for k in range(N)]
-    avg.append(strategies)
+    traj.append(strategies)
     for _ in range(iterations):
-        V = pv.all(strategies)
+        payoffs = pv.all(strategies)
         new = []
         for p in range(N):
-            regrets[p] += V[p] - np.dot(V[p], strategies[p])
+            regrets[p] += payoffs[p] - np.dot(payoffs[p], strategies[p])
             pos = np.maximum(regrets[p], 0.0)
             tot = pos.sum()
             uni_p = np.full(shape[p], 1.0 / shape[p])
             new.append(gamma * uni_p + (1 - gamma) * pos / tot if tot > 0 else uni_p)
         strategies = new
-        avg.append(strategies)
-    return avg.average()
+        traj.append(strategies)
+    return traj.average()
 
 
 def _lp_maximin(A: np.ndarray) -> tuple[np.ndarray, float]:
@@ -383,45 +667,104 @@ def hybrid_orm_solver(
     return_average_strategy: bool = True,
 ) -> list[np.ndarray]:
     """SHOR-PSRO's hybrid optimistic RM+ / softmax solver (``_hybrid_orm_solver``
-    of arXiv 2602.16928, Listing 6), same statements in the same order."""
+    of arXiv 2602.16928, Listing 6): the same update, player by player in the
+    same order, with the same arithmetic."""
     games = _as_games(meta_games)
     N = len(games)
     num_strats = [games[0].shape[p] for p in range(N)]
-    pv = _PayoffVectors(games)
+    pv = _PayoffVectors(games, exact=False)
     strategies = [np.ones(s) / s for s in num_strats]
     uniforms = [np.ones(s) / s for s in num_strats]
     cum_regrets = [np.zeros(s) for s in num_strats]
     avg = [np.zeros(s) for s in num_strats]
     prev = [np.zeros(s) for s in num_strats]
+    reduced = [pv.reduce(q, s) for q, s in enumerate(strategies)]
     beta = float(momentum_beta)
     lam = float(blending_factor)
     temp = float(temperature)
     div = float(diversity_bonus_coeff)
+    keep = 1 - lam
+    two = N == 2
+    m0, m1t = (pv.m0, pv.m1t) if two else (None, None)
+    add_reduce, max_reduce = np.add.reduce, np.maximum.reduce
+    exp, absolute, maximum, dot = np.exp, np.abs, np.maximum, np.dot
     for _ in range(int(iterations)):
         for p in range(N):
-            u = pv.one(p, strategies)
-            c = u - u.mean()
-            g = (1 + beta) * c - beta * prev[p]
-            g += div * (1.0 - strategies[p])
+            if two:
+                assert m0 is not None and m1t is not None
+                u = dot(m0, strategies[1]) if p == 0 else dot(m1t, strategies[0])
+            else:
+                u = pv.one_reduced(p, reduced)
+            c = u - add_reduce(u) / num_strats[p]  # u - u.mean()
+            g = c * (1 + beta)
+            g -= beta * prev[p]
+            if div:
+                g += div * (1.0 - strategies[p])
             if gain_normalization:
-                m = np.abs(g).max()
+                m = max_reduce(absolute(g))
                 if m > 1e-8:
                     g /= m
             r = cum_regrets[p]
             r += g
-            np.maximum(r, 0.0, out=r)
-            tot = r.sum()
-            orm = r / tot if tot > 1e-12 else uniforms[p]
-            e = np.exp((u - u.max()) / temp)
-            se = e.sum()
-            soft = e / se if se > 1e-12 else uniforms[p]
-            strategies[p] = (1 - lam) * orm + lam * soft
+            maximum(r, 0.0, out=r)
+            tot = add_reduce(r)
+            e = u - max_reduce(u)
+            e /= temp
+            exp(e, out=e)
+            se = add_reduce(e)
+            # (1 - lam) * orm + lam * soft
+            if tot > 1e-12:
+                s = r / tot
+                s *= keep
+            else:
+                s = keep * uniforms[p]
+            if se > 1e-12:
+                e /= se
+                e *= lam
+                s += e
+            else:
+                s += lam * uniforms[p]
+            strategies[p] = s
             prev[p] = c
+            if not two:
+                reduced[p] = pv.reduce(p, s)
             if return_average_strategy:
-                avg[p] += strategies[p]
+                avg[p] += s
     if return_average_strategy:
         return [_normalise(a) if a.sum() > 0 else np.ones(len(a)) / len(a) for a in avg]
     return [np.asarray(s) for s in strategies]
+
+
+# -------------------------------------------------------------- result cache --
+
+# PSRO asks for the meta-strategy of the same meta-game twice in a row: the
+# evaluation meta-strategy after iteration k and the training one of
+# iteration k+1 (with two solver objects when the roles are separate, as in
+# the PSRO task). The deterministic iterative solvers keep their last few
+# answers, keyed by their parameters and a digest of the meta-game's bytes.
+_RESULTS: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+_RESULTS_SIZE = 4
+_RESULTS_LOCK = threading.Lock()
+
+
+def _cached(
+    params: tuple, games: list[np.ndarray], solve: Callable[[], list[np.ndarray]]
+) -> list[np.ndarray]:
+    digest = hashlib.blake2b(digest_size=20)
+    for g in games:
+        digest.update(g.tobytes())  # C-order bytes, whatever the memory layout
+    key = params + (games[0].shape, digest.digest())
+    with _RESULTS_LOCK:
+        hit = _RESULTS.get(key)
+        if hit is not None:
+            _RESULTS.move_to_end(key)
+            return [h.copy() for h in hit]
+    out = solve()
+    with _RESULTS_LOCK:
+        _RESULTS[key] = [np.array(o) for o in out]
+        while len(_RESULTS) > _RESULTS_SIZE:
+            _RESULTS.popitem(last=False)
+    return out
 
 
 # ------------------------------------------------------------------ solvers --
@@ -474,10 +817,16 @@ class PRDSolver(MetaSolver):
         self.average_over_last_n_strategies = average_over_last_n_strategies
 
     def get_meta_strategy(self, meta_games, **context):
-        out = projected_replicator_dynamics(
-            meta_games, self.iterations, self.dt, self.gamma, self.average_over_last_n_strategies
-        )
-        return [_normalise(s) for s in out]
+        games = _as_games(meta_games)
+        params = ("prd", self.iterations, self.dt, self.gamma, self.average_over_last_n_strategies)
+
+        def solve():
+            out = projected_replicator_dynamics(
+                games, self.iterations, self.dt, self.gamma, self.average_over_last_n_strategies
+            )
+            return [_normalise(s) for s in out]
+
+        return _cached(params, games, solve)
 
 
 class RMSolver(MetaSolver):
@@ -493,8 +842,14 @@ class RMSolver(MetaSolver):
         self.average_over_last_n_strategies = average_over_last_n_strategies
 
     def get_meta_strategy(self, meta_games, **context):
-        out = regret_matching(meta_games, self.iterations, self.gamma, self.average_over_last_n_strategies)
-        return [_normalise(s) for s in out]
+        games = _as_games(meta_games)
+        params = ("rm", self.iterations, self.gamma, self.average_over_last_n_strategies)
+
+        def solve():
+            out = regret_matching(games, self.iterations, self.gamma, self.average_over_last_n_strategies)
+            return [_normalise(s) for s in out]
+
+        return _cached(params, games, solve)
 
 
 class SHORTrainSolver(MetaSolver):

@@ -9,7 +9,12 @@ final evaluation meta-strategy and their mean as ``combined_score`` (higher is
 better). ``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on
 3-player Kuhn poker. ``evaluate_held_out`` scores the held-out games with
 ``held_out_iterations``; ``held_out_baselines()`` gives the built-in
-meta-solvers as programs of the same form.
+meta-solvers as programs of the same form: uniform, PRD, RM and SHOR-PSRO.
+``nash`` is not among them: it solves a linear program, which gives Nash
+equilibria of two-player zero-sum meta-games only, and the held-out games
+include 3- and 4-player poker, whose meta-games have no such program (with
+three or more players an equilibrium can be irrational, and finding one is
+PPAD-hard).
 
 Every meta-strategy a candidate returns is checked: one vector per player, of
 its population's size, finite, non-negative and summing to 1 (within 1e-6);
