@@ -393,6 +393,11 @@ class HeldOutConfig(_Section):
         None, description="names from the evaluator's held_out_baselines(); null: all of them, []: none"
     )
     timeout: float | None = Field(None, gt=0, description="seconds per program; default evaluator.timeout")
+    history: int = Field(
+        3,
+        ge=0,
+        description="also score this many earlier validation choices (the latest first), for the plot",
+    )
 
 
 class EvolveConfig(_Section):

@@ -46,6 +46,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -59,7 +60,7 @@ from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
 from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
 from .executors import Executor, ProcessExecutor
-from .mutation import LLMEnsemble, MutationRequest, Mutator
+from .mutation import LLM_KINDS, LLMEnsemble, MutationRequest, MutationResult, Mutator
 from .program import Program, fitness_of, program_id
 from .selection import Validator
 from .task import Task, load_seed_programs, load_task
@@ -243,6 +244,8 @@ class Controller:
             raise
         self.executor = executor or ProcessExecutor(config.evaluator.parallel_evaluations)
         self.validator = Validator(self.evaluator, config, self.store, self.executor)
+        # LLM children are generated here while the other children of a batch are evaluated.
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolve-llm")
         self.sandbox_backends: set[str] = set(self.store.get_meta("sandbox_backends", None) or [])
         self.extra_seeds = load_seed_programs(task, config.seed_programs)
         self.population = Population(config.database)
@@ -356,7 +359,7 @@ class Controller:
         # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.
         order = sorted((i for i in stored if i < start), key=lambda i: (i != 0, i > 0, abs(i)))
         self._apply([stored[i] for i in order])
-        self._validate(start - 1)
+        due = self.validator.due(self.population)
         logger.info(
             "run %s: seed fitness %s, starting at iteration %d of %d",
             self.run_dir,
@@ -367,10 +370,14 @@ class Controller:
         while start <= max_iter:
             iterations = list(range(start, min(start + batch, max_iter + 1)))
             done = {i: stored[i] for i in iterations if i in stored}
-            new = self._run_batch([i for i in iterations if i not in done])
+            # Programs due for validation are scored alongside this batch's children (validation never
+            # feeds the search, so this changes no program, only when the records arrive).
+            new = self._run_batch([i for i in iterations if i not in done], due, iterations[0] - 1)
             self._apply(sorted([*done.values(), *new], key=lambda p: p.iteration))
-            self._validate(iterations[-1])
+            due = self.validator.due(self.population)
+            self._write_best()
             start = iterations[-1] + 1
+        self._validate(min(start - 1, max_iter))
         return self.result()
 
     def _validate(self, at_iteration: int) -> None:
@@ -382,6 +389,9 @@ class Controller:
                 record.iteration,
                 record.score,
             )
+        self._write_best()
+
+    def _write_best(self) -> None:
         chosen = self.chosen()
         if chosen is not None:
             (self.run_dir / "best_program.py").write_text(chosen.code, encoding="utf-8")
@@ -444,11 +454,45 @@ class Controller:
         )
         return request
 
-    def _run_batch(self, iterations: list[int]) -> list[Program]:
+    def _run_batch(
+        self, iterations: list[int], validate: list[Program] | None = None, at_iteration: int = 0
+    ) -> list[Program]:
+        """Make and evaluate the children of ``iterations`` (and validate ``validate`` on the side).
+
+        LLM children are generated in a side thread while the other children
+        are evaluated, then evaluated themselves: the same children and results
+        as one after the other, with the cores busy during generation.
+        """
+        validate = [p for p in (validate or []) if p.id not in self.validator.records]
         if not iterations:
+            if validate:
+                self._evaluate_children([], [], validate, at_iteration)
             return []
         requests = [self._plan(i) for i in iterations]
-        results = self.mutator.make(requests)
+        slow = [i for i, r in enumerate(requests) if r.kind in LLM_KINDS]
+        fast = [i for i, r in enumerate(requests) if r.kind not in LLM_KINDS]
+        made: dict[int, MutationResult] = {}
+        future = self._side.submit(self.mutator.make, [requests[i] for i in slow]) if slow else None
+        try:
+            made.update(zip(fast, self.mutator.make([requests[i] for i in fast])))
+            programs = self._evaluate_children(
+                [requests[i] for i in fast], [made[i] for i in fast], validate, at_iteration
+            )
+        finally:
+            llm_results = future.result() if future is not None else []
+        made.update(zip(slow, llm_results))
+        programs += self._evaluate_children(
+            [requests[i] for i in slow], [made[i] for i in slow], [], at_iteration
+        )
+        return programs
+
+    def _evaluate_children(
+        self,
+        requests: list[MutationRequest],
+        results: list[MutationResult],
+        validate: list[Program],
+        at_iteration: int,
+    ) -> list[Program]:
         programs: list[Program] = []
         jobs, pending = [], []
         for request, result in zip(requests, results):
@@ -474,7 +518,12 @@ class Controller:
                 continue
             jobs.append(self.evaluator.job(result.code))
             pending.append((request, result, info))
+        children = len(jobs)
+        jobs += [self.validator.job(p) for p in validate]
         for index, outcome in self.executor.map_unordered(run_evaluation, jobs):
+            if index >= children:
+                self.validator.record(validate[index - children], outcome, at_iteration)
+                continue
             request, result, info = pending[index]
             if isinstance(outcome, BaseException):
                 outcome = EvalOutcome(
@@ -597,6 +646,7 @@ class Controller:
     def close(self) -> None:
         """Stop the executor, close the store and release the run directory's lock."""
         try:
+            self._side.shutdown(wait=True)
             self.executor.close()
             self.store.close()
         finally:

@@ -82,6 +82,7 @@ from .program import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "LLM_KINDS",
     "DiffBlock",
     "LLMEnsemble",
     "MutationError",
@@ -107,6 +108,7 @@ __all__ = [
 ]
 
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
+LLM_KINDS = frozenset({"llm", "llm_line"})  # the mutation kinds that call an LLM
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _MAX_RESPONSE_ARTIFACT = 4000
 

@@ -49,33 +49,46 @@ UNCONFINED_WARNING = (
 
 
 def plot_fitness(programs: list[Program], path: Path) -> None:
+    """Every program's fitness by iteration, the best so far, and failures in a strip of their own.
+
+    When every fitness is negative (the negative exploitability of the game tasks) the plot shows
+    its magnitude on a log scale, lower is better, so a gain from 1e-4 to 1e-5 is as visible as one
+    from 1e-1 to 1e-2; failed evaluations and failed mutations sit in a separate strip below.
+    """
     # A Figure with no pyplot: writing the PNG needs no backend choice and no display.
-    # (iteration, fitness) of the successful programs, which always have a fitness.
     ok = [(p.iteration, p.fitness) for p in programs if p.ok and p.fitness is not None]
     bad = [p for p in programs if not p.ok]
+    negative = bool(ok) and all(f < 0 for _, f in ok)
     best_x: list[int] = []
     best_y: list[float] = []
     best: float | None = None
-    for p in programs:
+    for p in sorted(programs, key=lambda q: q.iteration):
         fitness = p.fitness if p.ok else None
         if fitness is not None and (best is None or fitness > best):
             best = fitness
         if best is not None:
             best_x.append(p.iteration)
             best_y.append(best)
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-    ax.scatter([i for i, _ in ok], [f for _, f in ok], s=12, alpha=0.6, label="program")
-    ax.step(best_x, best_y, where="post", color="C3", label="best so far")
-    if bad and ok:
-        floor = min(f for _, f in ok)
-        ax.scatter(
-            [p.iteration for p in bad], [floor] * len(bad), marker="x", color="grey", s=14, label="failed"
-        )
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("fitness")
+    fig = Figure(figsize=(8, 4.6))
+    ax, strip = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [6, 1]})
+    shown = (lambda f: -f) if negative else (lambda f: f)
+    ax.scatter([i for i, _ in ok], [shown(f) for _, f in ok], s=12, alpha=0.6, label="program")
+    ax.step(best_x, [shown(f) for f in best_y], where="post", color="C3", label="best so far")
+    if negative:
+        ax.set_yscale("log")
+        ax.set_ylabel("-fitness (exploitability), lower is better")
+    else:
+        ax.set_ylabel("fitness, higher is better")
     ax.set_title("fitness over time")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    failed = [p.iteration for p in bad if p.status == "failed"]
+    no_child = [p.iteration for p in bad if p.status == "mutation_failed"]
+    strip.scatter(failed, [1] * len(failed), marker="x", color="C1", s=16, label="evaluation failed")
+    strip.scatter(no_child, [0] * len(no_child), marker="|", color="grey", s=30, label="mutation failed")
+    strip.set_yticks([0, 1], ["mutation", "evaluation"], fontsize=7)
+    strip.set_ylim(-0.6, 1.6)
+    strip.set_xlabel("iteration")
+    strip.set_title("failures", fontsize=8, loc="left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -124,7 +137,8 @@ def plot_selection(
         ys = [(-y if negative else y) for _, y in points if y is not None]
         ys = ys + ys[-1:]
         ax.step(xs, ys, where="post", color=colour, label=label, linewidth=1.8)
-        ax.plot(xs[:-1], ys[:-1], "o", color=colour, markersize=3)
+        changes = [i for i in range(len(ys) - 1) if i == 0 or ys[i] != ys[i - 1]]  # a dot where it moves
+        ax.plot([xs[i] for i in changes], [ys[i] for i in changes], "o", color=colour, markersize=4)
     if negative:
         ax.set_yscale("log")
         ax.set_ylabel("exploitability (-score), lower is better")
@@ -318,6 +332,10 @@ def write_report(
             ]
             if best is not None and best.iteration != 0 and (not selection or selection[-1][0].id != best.id):
                 selection.append((best, "returned"))
+            # The returned program and at most held_out.history earlier choices (the latest ones).
+            earlier, last = selection[:-1], selection[-1:]
+            keep = config.held_out.history
+            selection = (earlier[len(earlier) - keep :] if keep else []) + last
         entries = evaluate_held_out(
             run_dir,
             evaluator_path,

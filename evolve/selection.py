@@ -26,7 +26,7 @@ from typing import Any
 
 from .config import EvolveConfig
 from .database import Population, ProgramStore
-from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
+from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, run_evaluation
 from .executors import Executor
 from .program import Program, fitness_of
 
@@ -107,37 +107,49 @@ class Validator:
                 chosen.append(program)
         return chosen
 
-    def update(self, population: Population, at_iteration: int) -> list[ValidationRecord]:
-        """Validate the current training top programs not validated yet; return the new records."""
+    def due(self, population: Population) -> list[Program]:
+        """The training top programs not validated yet (none when validation is off)."""
         if not self.enabled:
             return []
-        todo = [p for p in self.candidates(population) if p.id not in self.records]
+        return [p for p in self.candidates(population) if p.id not in self.records]
+
+    def job(self, program: Program) -> EvalJob:
+        return replace(self.template, code=program.code)
+
+    def record(
+        self, program: Program, outcome: EvalOutcome | BaseException, at_iteration: int
+    ) -> ValidationRecord:
+        """Keep the validation result of ``program`` (saved at once: a killed run keeps it)."""
+        if isinstance(outcome, BaseException):
+            outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {outcome}"})
+        ok = outcome.status == "ok"
+        record = ValidationRecord(
+            program_id=program.id,
+            iteration=program.iteration,
+            training_fitness=program.fitness,
+            status=outcome.status,
+            score=fitness_of(outcome.metrics) if ok else None,
+            metrics=outcome.metrics if ok else {},
+            failure=outcome.failure,
+            validated_at_iteration=at_iteration,
+            seconds=round(outcome.seconds, 3),
+        )
+        if not ok:
+            logger.warning("validation of program %s failed: %s", program.id, outcome.failure)
+        self.records[program.id] = record
+        self._save()
+        return record
+
+    def update(self, population: Population, at_iteration: int) -> list[ValidationRecord]:
+        """Validate the current training top programs not validated yet; return the new records."""
+        todo = self.due(population)
         if not todo:
             return []
-        jobs = [replace(self.template, code=p.code) for p in todo]
-        new: list[ValidationRecord] = []
-        for index, outcome in self.executor.map_unordered(run_evaluation, jobs):
-            program = todo[index]
-            if isinstance(outcome, BaseException):
-                outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {outcome}"})
-            ok = outcome.status == "ok"
-            record = ValidationRecord(
-                program_id=program.id,
-                iteration=program.iteration,
-                training_fitness=program.fitness,
-                status=outcome.status,
-                score=fitness_of(outcome.metrics) if ok else None,
-                metrics=outcome.metrics if ok else {},
-                failure=outcome.failure,
-                validated_at_iteration=at_iteration,
-                seconds=round(outcome.seconds, 3),
-            )
-            if not ok:
-                logger.warning("validation of program %s failed: %s", program.id, outcome.failure)
-            self.records[program.id] = record
-            self._save()  # after every result: a killed run keeps what it has
-            new.append(record)
-        return new
+        jobs = [self.job(p) for p in todo]
+        return [
+            self.record(todo[index], outcome, at_iteration)
+            for index, outcome in self.executor.map_unordered(run_evaluation, jobs)
+        ]
 
     def chosen_id(self) -> str | None:
         """The program the run returns: the best validation score (None when nothing is validated)."""

@@ -218,7 +218,7 @@ def test_resume_of_a_run_whose_database_was_deleted_is_refused(tmp_path):
 def test_resume_refuses_a_task_or_config_beside_it(tmp_path):
     run_dir = make_run(tmp_path)
     result = evolve("run", TASK, "--resume", run_dir, "--json")
-    assert result.exit_code == 2 and "give no TASK or --config" in error_of(result)
+    assert result.exit_code == 2 and "give no TASK, --config or --seed-programs" in error_of(result)
 
 
 # ---------------------------------------------------------------- one writer
