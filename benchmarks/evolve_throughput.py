@@ -112,6 +112,9 @@ def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: i
     cfg.batch_size = 2 * workers
     cfg.evaluator.parallel_evaluations = workers
     cfg.mutation.weights = {"constant": 0.8, "crossover": 0.2}
+    # Candidates per minute: the validation of the best programs (extra evaluations that are
+    # not candidates) is left out, as are held-out scoring and reports.
+    cfg.validation.enabled = False
     out = Path(tempfile.mkdtemp(prefix="evolve-throughput-"))
     try:
         controller = Controller(task, cfg, out / "run", executor=make_executor("process", workers))
