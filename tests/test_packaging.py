@@ -99,6 +99,8 @@ def test_wheel_installs_only_societas_at_the_top_level(installed):
     for task in ("cfr", "psro"):
         for f in ("config.yaml", "demo.yaml", "evaluator.py", "initial_program.py"):
             assert f"societas/evolve/tasks/{task}/{f}" in names, f"{task}/{f} missing from the wheel"
+    for f in ("building_blocks.yaml", "hour.yaml", "seeds/vad_cfr.py"):  # the CFR task's library and seeds
+        assert f"societas/evolve/tasks/cfr/{f}" in names, f"cfr/{f} missing from the wheel"
     assert not any(n.startswith("societas/__init__") for n in names), "societas must stay a namespace"
     # every module of the four layers ships (a package missing from pyproject's list would not)
     for layer in ("agents", "topology", "marl", "evolve"):
