@@ -357,11 +357,9 @@ def write_report(
                 means["held_out_mean"][entry.label] = entry.score
         if best is not None and best.id == (seed.id if seed else None):
             means["held_out_mean"]["best"] = means["held_out_mean"].get("seed")
+        sources = held_out_baselines(evaluator_path)  # loads the task's evaluator once
         baselines: list[tuple[str, str, str, Program | None]] = [
-            (e.label, "baseline", code, None)
-            for e in entries
-            if e.kind == "baseline"
-            for code in [held_out_baselines(evaluator_path)[e.label]]
+            (e.label, "baseline", sources[e.label], None) for e in entries if e.kind == "baseline"
         ]
         if baselines:
             for stage, cache, key in (
