@@ -12,10 +12,16 @@ configurations return the same metrics.
    (``--executor ray``) when it is installed, each with 1 and 2 workers. The
    baseline is the same executor with 1 worker; the target on a 2-core machine
    is at least 1.7x with 2 workers.
+   Then the same candidates with ``--group-size`` of them per sandbox
+   (``evaluator.group_size``: the interpreter, torch and the game trees load
+   once per group, each candidate still runs in a process of its own) on the
+   process pool with 2 workers, against the same pool with a sandbox per
+   candidate.
 2. Search throughput: a whole ``Controller`` run (mutation, sandboxed cascade,
    SQLite commits, MAP-Elites updates) of as many iterations, LLM-free, with 1
-   and 2 workers (``batch_size = 2 x workers``); the batch barrier makes this a
-   little lower than the executor figure.
+   and 2 workers (``batch_size = 2 x workers``), and with 2 workers, groups of
+   ``--group-size`` and ``batch_size = 2 x group size``; the batch barrier makes
+   this a little lower than the executor figure.
 
 The task is the built-in ``cfr`` task at a small number of CFR iterations
 (``--cfr-iterations``, default 100; the paper's 1000 makes each candidate ~4 s
@@ -45,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from societas.evolve.config import EvolveConfig, load_config, parse_config
 from societas.evolve.controller import Controller
-from societas.evolve.evaluator import EvalJob, TaskEvaluator, run_evaluation
+from societas.evolve.evaluator import EvalJob, TaskEvaluator, map_grouped, run_evaluation
 from societas.evolve.executors import ExecutorError, make_executor
 from societas.evolve.mutation import MutationError, perturb_constants
 from societas.evolve.task import Task, load_task
@@ -82,12 +88,12 @@ def candidates(task: Task, config: EvolveConfig, count: int) -> list[str]:
     return codes
 
 
-def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
+def executor_run(kind: str, workers: int, jobs: list[EvalJob], group: int = 1) -> dict:
     executor = make_executor(kind, workers)
     try:
         run_evaluation(jobs[0])  # warm the page cache and the executor
         started = time.perf_counter()
-        results = dict(executor.map_unordered(run_evaluation, jobs))
+        results = dict(map_grouped(executor, jobs, group, workers))
         seconds = time.perf_counter() - started
     finally:
         executor.close()
@@ -98,6 +104,7 @@ def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
     return {
         "executor": kind,
         "workers": workers,
+        "group": group,
         "candidates": len(jobs),
         "ok": ok,
         "seconds": seconds,
@@ -106,10 +113,11 @@ def executor_run(kind: str, workers: int, jobs: list[EvalJob]) -> dict:
     }
 
 
-def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: int) -> dict:
+def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: int, group: int = 1) -> dict:
     cfg = config.model_copy(deep=True)
     cfg.max_iterations = iterations
-    cfg.batch_size = 2 * workers
+    cfg.batch_size = 2 * workers * group
+    cfg.evaluator.group_size = group
     cfg.evaluator.parallel_evaluations = workers
     cfg.mutation.weights = {"constant": 0.8, "crossover": 0.2}
     # Candidates per minute: the validation of the best programs (extra evaluations that are
@@ -130,6 +138,7 @@ def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: i
     evaluated = result.evaluated
     return {
         "workers": workers,
+        "group": group,
         "iterations": iterations,
         "evaluated": evaluated,
         "seconds": seconds,
@@ -144,6 +153,7 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(TASKS), default="cfr")
     ap.add_argument("--candidates", type=int, default=None, help="candidates per configuration (default 16)")
     ap.add_argument("--cfr-iterations", type=int, default=None, help="CFR iterations per game (default 100)")
+    ap.add_argument("--group-size", type=int, default=4, help="candidates per sandbox in the grouped rows")
     args = ap.parse_args()
     q = args.quick
     count = args.candidates or (4 if q else 16)
@@ -170,18 +180,25 @@ def main() -> None:
             except ExecutorError:
                 notes[kind] = "ray not installed"
                 break
+    group = max(1, args.group_size)
+    if group > 1:
+        rows.append(executor_run("process", 2, jobs, group))
     reference = rows[0]["metrics"]
-    print("| executor | workers | candidates | ok | seconds | candidates/min | vs 1 worker | same metrics |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "| executor | workers | per sandbox | candidates | ok | seconds | candidates/min | vs 1 worker "
+        "| same metrics |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     speedups: dict[str, float] = {}
     for row in rows:
         base = next(r for r in rows if r["executor"] == row["executor"] and r["workers"] == 1)
         ratio = row["per_minute"] / base["per_minute"]
-        if row["workers"] == 2:
+        if row["workers"] == 2 and row["group"] == 1:
             speedups[row["executor"]] = ratio
         print(
-            f"| {row['executor']} | {row['workers']} | {row['candidates']} | {row['ok']} | {row['seconds']:.1f} | "
-            f"{row['per_minute']:.1f} | {ratio:.2f}x | {'yes' if row['metrics'] == reference else 'NO'} |"
+            f"| {row['executor']} | {row['workers']} | {row['group']} | {row['candidates']} | {row['ok']} | "
+            f"{row['seconds']:.1f} | {row['per_minute']:.1f} | {ratio:.2f}x | "
+            f"{'yes' if row['metrics'] == reference else 'NO'} |"
         )
     for kind, note in notes.items():
         print(f"| {kind} | - | - | - | - | - | - | {note} |")
@@ -190,14 +207,18 @@ def main() -> None:
     if not q:
         for workers in (1, 2):
             search.append(controller_run(task, config, workers, count))
+        if group > 1:
+            search.append(controller_run(task, config, 2, count, group))
         print(
-            "\n| search (Controller, LLM-free) | workers | evaluated | seconds | candidates/min | vs 1 worker |"
+            "\n| search (Controller, LLM-free) | workers | per sandbox | evaluated | seconds | candidates/min "
+            "| vs 1 worker |"
         )
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for row in search:
             print(
-                f"| batch {2 * row['workers']} | {row['workers']} | {row['evaluated']} | {row['seconds']:.1f} | "
-                f"{row['per_minute']:.1f} | {row['per_minute'] / search[0]['per_minute']:.2f}x |"
+                f"| batch {2 * row['workers'] * row['group']} | {row['workers']} | {row['group']} | "
+                f"{row['evaluated']} | {row['seconds']:.1f} | {row['per_minute']:.1f} | "
+                f"{row['per_minute'] / search[0]['per_minute']:.2f}x |"
             )
     target = 1.7
     got = speedups.get("process")
@@ -217,15 +238,24 @@ def main() -> None:
     if args.task == "cfr":
         head["cfr_iterations"] = cfr_iterations
     for row in rows:
-        head[f"{row['executor']}_{row['workers']}w_per_min"] = round(row["per_minute"], 2)
+        suffix = f"_group{row['group']}" if row["group"] > 1 else ""
+        head[f"{row['executor']}_{row['workers']}w{suffix}_per_min"] = round(row["per_minute"], 2)
+    grouped = [r for r in rows if r["group"] > 1]
+    if grouped and speedups.get("process"):
+        plain = next(r for r in rows if r["executor"] == "process" and r["workers"] == 2 and r["group"] == 1)
+        head["group_size"] = group
+        head["group_speedup_2w"] = round(grouped[0]["per_minute"] / plain["per_minute"], 3)
     for kind, ratio in speedups.items():
         head[f"{kind}_speedup_2w"] = round(ratio, 3)
     for kind, note in notes.items():
         head[kind] = note
     for row in search:
-        head[f"search_{row['workers']}w_per_min"] = round(row["per_minute"], 2)
-    if len(search) == 2:
+        suffix = f"_group{row['group']}" if row["group"] > 1 else ""
+        head[f"search_{row['workers']}w{suffix}_per_min"] = round(row["per_minute"], 2)
+    if len(search) >= 2:
         head["search_speedup_2w"] = round(search[1]["per_minute"] / search[0]["per_minute"], 3)
+    if len(search) == 3:
+        head["search_group_speedup_2w"] = round(search[2]["per_minute"] / search[1]["per_minute"], 3)
     head["same_metrics"] = all(r["metrics"] == reference for r in rows)
     head["meets_target"] = bool(got is not None and got >= target)
     print(json.dumps(head))

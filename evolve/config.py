@@ -296,6 +296,25 @@ class EvaluatorConfig(_Section):
     parallel_evaluations: int = Field(
         4, ge=1, le=MAX_WORKERS, description="default batch size and worker count"
     )
+    halving_keep: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="successive halving on the cascade's last gate (ASHA, Li et al. 2020): a candidate "
+        "goes on to the last stage only when its score after the stage before is among the best "
+        "halving_keep of the scores recorded there so far (and above that gate's cascade threshold, "
+        "if any); None: the fixed thresholds alone",
+    )
+    halving_min_scores: int = Field(
+        8, ge=1, description="scores recorded at the halving gate before it starts to stop candidates"
+    )
+    group_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="candidates evaluated in one sandbox: the interpreter, the evaluator and its warm_up() "
+        "start once per group, each candidate still runs in a process of its own (1: a sandbox each)",
+    )
     sandbox: SandboxBackend = Field(
         "auto",
         description="the sandbox backend of every evaluation: auto (bubblewrap; see "
@@ -337,6 +356,12 @@ class MutationConfig(_Section):
     perturb_ints: bool = True
     cmaes_sigma: float = Field(
         0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"
+    )
+    block_edits: int = Field(
+        1,
+        ge=1,
+        le=4,
+        description="a 'blocks' child gets from 1 to this many building-block edits (drawn uniformly)",
     )
     cmaes_population: int | None = Field(
         None, ge=2, description="CMA-ES's generation size; default 4 + 3 ln(number of literals)"

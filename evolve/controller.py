@@ -43,6 +43,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -58,7 +59,7 @@ from societas.agents.documents import DocumentError, load_json_file
 from .blocks import BlockLibrary
 from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
-from .evaluator import EvalOutcome, TaskEvaluator, run_evaluation
+from .evaluator import EvalOutcome, TaskEvaluator, map_grouped, run_evaluation
 from .executors import Executor, ProcessExecutor
 from .mutation import LLM_KINDS, LLMEnsemble, MutationRequest, MutationResult, Mutator
 from .program import Program, fitness_of, program_id
@@ -254,6 +255,10 @@ class Controller:
         self.committed = 0
         # CMA-ES: the programs its searches started from, and each one's children in iteration order.
         self._cmaes_origins: dict[str, Program] = {}
+        # Successive halving: the scores recorded so far at the stage before the cascade's last.
+        stages = self.evaluator.stages
+        self._rung_stage = stages[-2] if len(stages) >= 2 else None
+        self._rung_scores: list[float] = []
         self._cmaes_children: dict[str, list[Program]] = {}
 
     # ------------------------------------------------------------- run files
@@ -516,11 +521,12 @@ class Controller:
                 self._count(program)
                 programs.append(program)
                 continue
-            jobs.append(self.evaluator.job(result.code))
+            jobs.append(self.evaluator.job(result.code, self._thresholds()))
             pending.append((request, result, info))
         children = len(jobs)
         jobs += [self.validator.job(p) for p in validate]
-        for index, outcome in self.executor.map_unordered(run_evaluation, jobs):
+        size, workers = self.config.evaluator.group_size, self.config.evaluator.parallel_evaluations
+        for index, outcome in map_grouped(self.executor, jobs, size, workers):
             if index >= children:
                 self.validator.record(validate[index - children], outcome, at_iteration)
                 continue
@@ -548,11 +554,33 @@ class Controller:
 
     def _safe_evaluate(self, code: str) -> EvalOutcome:
         try:
-            return run_evaluation(self.evaluator.job(code))
+            return run_evaluation(self.evaluator.job(code, self._thresholds()))
         except Exception as exc:
             return EvalOutcome(
                 "failed", artifacts={"failure": f"evaluation error: {type(exc).__name__}: {exc}"}
             )
+
+    def _thresholds(self) -> tuple[float, ...]:
+        """The cascade thresholds of this batch's jobs, with successive halving's gate when it is on.
+
+        The gate before the last stage lets a candidate through when its score
+        there is among the best ``halving_keep`` of the scores recorded there by
+        the programs applied so far (ASHA's promotion rule, Li et al. 2020),
+        once ``halving_min_scores`` are recorded; a fixed threshold configured
+        for that gate still applies. The scores come from the programs applied
+        in iteration order, so a resumed run computes the same thresholds.
+        """
+        ev = self.config.evaluator
+        gates = len(self.evaluator.stages) - 1
+        thresholds = [float(t) for t in ev.cascade_thresholds[:gates]]
+        if ev.halving_keep is None or gates < 1:
+            return tuple(thresholds)
+        thresholds += [float("-inf")] * (gates - len(thresholds))
+        scores = sorted(self._rung_scores, reverse=True)
+        if len(scores) >= ev.halving_min_scores:
+            cut = scores[max(0, math.ceil(ev.halving_keep * len(scores)) - 1)]
+            thresholds[-1] = max(thresholds[-1], cut)
+        return tuple(thresholds)
 
     def _program_from(
         self, code, iteration, parent, island, generation, mutation, outcome: EvalOutcome
@@ -572,6 +600,7 @@ class Controller:
             artifacts=outcome.artifacts,
             evaluated_at=time.time(),
             eval_seconds=outcome.seconds,
+            stage_scores=dict(outcome.stage_scores),
         )
 
     def _count(self, program: Program) -> None:
@@ -598,6 +627,9 @@ class Controller:
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as log:
             for program in programs:
                 self.population.add(program)
+                rung = program.stage_scores.get(self._rung_stage) if self._rung_stage else None
+                if program.status == "ok" and rung is not None:
+                    self._rung_scores.append(rung)
                 if program.ok:
                     self._cmaes_origins.setdefault(program.id, program)
                 origin = (program.mutation.get("cmaes") or {}).get("origin")

@@ -37,7 +37,7 @@ from societas.agents.documents import DocumentError, load_json_file
 
 from .config import EvolveConfig
 from .database import Population
-from .evaluator import EvalOutcome, TaskError, TaskEvaluator, run_evaluation
+from .evaluator import EvalOutcome, TaskError, TaskEvaluator, map_grouped
 from .executors import ProcessExecutor
 from .program import Program, fitness_of
 
@@ -264,7 +264,8 @@ def score_stage(
         pool = ProcessExecutor(max(1, min(workers or config.evaluator.parallel_evaluations, len(todo))))
         try:
             jobs = [replace(template, code=code) for _, code in todo]
-            for position, outcome in pool.map_unordered(run_evaluation, jobs):
+            size = config.evaluator.group_size
+            for position, outcome in map_grouped(pool, jobs, size, pool.workers):
                 index, code = todo[position]
                 if isinstance(outcome, BaseException):
                     outcome = EvalOutcome("failed", artifacts={"failure": f"executor error: {outcome}"})

@@ -930,6 +930,20 @@ class Mutator:
             elif request.kind == "blocks":
                 assert self.blocks is not None  # checked in __init__
                 child, detail = mutate_blocks(parent, rng, self.blocks)
+                edits = self.config.mutation.block_edits
+                if edits > 1:
+                    # Compound edits: blocks that help only together (DCFR's discounting with
+                    # optimism, say) are one child away instead of two improvements in a row.
+                    done = [detail]
+                    for _ in range(rng.randint(1, edits) - 1):
+                        try:
+                            further, what = mutate_blocks(child, rng, self.blocks)
+                        except BlockError:
+                            break
+                        if further != parent:
+                            child = further
+                            done.append(what)
+                    detail = "; ".join(done)
             else:
                 raise MutationError(f"unknown mutation kind {request.kind!r}")
             info["detail"] = detail

@@ -197,6 +197,8 @@ class Program:
     created_at: float = dataclasses.field(default_factory=time.time)
     evaluated_at: float | None = None
     eval_seconds: float = 0.0
+    # Fitness after each cascade stage that reported (successive halving ranks candidates at a stage).
+    stage_scores: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

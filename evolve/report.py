@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from scipy.stats import spearmanr
 
 from societas.agents.documents import DocumentError, load_json_file
 
@@ -422,6 +423,22 @@ def write_report(
         lines.append(
             f"| {kind} | {row['children']} | {row['valid']} | {row['evaluated']} | {row['improved']} |"
         )
+    cascade = cascade_stats(programs)
+    if cascade is not None:
+        summary["cascade"] = cascade
+        lines += ["", "## Cascade", ""]
+        stops = ", ".join(f"{n} after `{stage}`" for stage, n in cascade["stopped_after"].items() if n)
+        lines.append(
+            f"Stages {' -> '.join(f'`{s}`' for s in cascade['stages'])}: {cascade['completed']} programs "
+            f"ran them all" + (f"; stopped early: {stops}." if stops else ".")
+        )
+        rank = cascade.get("rank_correlation")
+        if rank is not None:
+            lines.append(
+                f"Rank correlation between the score after `{rank['stage']}` and the final fitness, over the "
+                f"{rank['pairs']} programs that have both: Spearman {_fmt(rank['spearman'])} (1: the short "
+                "runs rank programs exactly as the full ones; successive halving stops candidates on the first)."
+            )
     failures = collections.Counter((p.failure or "").split("\n")[0][:120] for p in programs if not p.ok)
     if failures:
         lines += ["", "## Most common failures", ""]
@@ -446,6 +463,36 @@ def write_report(
     if held_out_figures is not None:
         figures["held_out"] = held_out_figures
     return figures
+
+
+def cascade_stats(programs: list[Program]) -> dict[str, Any] | None:
+    """Where the evaluation cascade stopped programs, and how its next-to-last stage ranks them.
+
+    ``rank_correlation`` is Spearman's rho between the fitness after the stage
+    before the last (successive halving's rung) and the final fitness, over the
+    programs that completed every stage; None with fewer than 3 such programs
+    or a single stage.
+    """
+    evaluated = [p for p in programs if p.status == "ok" and p.stage_scores]
+    if not evaluated:
+        return None
+    stages = list(max(evaluated, key=lambda p: len(p.stage_scores)).stage_scores)
+    stopped = dict.fromkeys(stages[:-1], 0)
+    complete = []
+    for program in evaluated:
+        reached = list(program.stage_scores)
+        if len(reached) == len(stages):
+            complete.append(program)
+        elif reached:
+            stopped[reached[-1]] = stopped.get(reached[-1], 0) + 1
+    stats: dict[str, Any] = {"stages": stages, "completed": len(complete), "stopped_after": stopped}
+    if len(stages) >= 2:
+        rung = stages[-2]
+        pairs = [(p.stage_scores[rung], p.stage_scores[stages[-1]]) for p in complete]
+        if len(pairs) >= 3 and len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
+            rho = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+            stats["rank_correlation"] = {"stage": rung, "spearman": rho, "pairs": len(pairs)}
+    return stats
 
 
 def operator_stats(programs: list[Program]) -> dict[str, dict[str, int]]:

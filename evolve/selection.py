@@ -26,7 +26,7 @@ from typing import Any
 
 from .config import EvolveConfig
 from .database import Population, ProgramStore
-from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, run_evaluation
+from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, map_grouped
 from .executors import Executor
 from .program import Program, fitness_of
 
@@ -148,7 +148,12 @@ class Validator:
         jobs = [self.job(p) for p in todo]
         return [
             self.record(todo[index], outcome, at_iteration)
-            for index, outcome in self.executor.map_unordered(run_evaluation, jobs)
+            for index, outcome in map_grouped(
+                self.executor,
+                jobs,
+                self.config.evaluator.group_size,
+                self.config.evaluator.parallel_evaluations,
+            )
         ]
 
     def chosen_id(self) -> str | None:

@@ -173,3 +173,29 @@ def test_the_mutator_makes_block_children_and_needs_a_library():
     assert result.failure is None and result.info["kind"] == "blocks"
     assert result.info["detail"].split()[0] in {"insert", "replace", "remove"}
     _only_blocks_changed(TASK.initial_program, result.code)
+
+
+def test_compound_block_children_carry_several_edits_and_stay_valid(tmp_path):
+    cfg = parse_config({"mutation": {"weights": {"blocks": 1.0}, "block_edits": 3}})
+    mutator = Mutator(cfg, None, LIBRARY)
+    parent = Program(
+        id="p", code=TASK.initial_program, iteration=0, fitness=-1.0, metrics={"combined_score": -1.0}
+    )
+    requests = [MutationRequest(i, "blocks", parent, [], seed=100 + i) for i in range(1, 41)]
+    counts = []
+    for result in mutator.make(requests):
+        assert result.failure is None
+        _only_blocks_changed(TASK.initial_program, result.code)
+        edits = result.info["detail"].split("; ")
+        assert all(e.split()[0] in {"insert", "replace", "remove"} for e in edits)
+        counts.append(len(edits))
+        present = {b.name for b in present_blocks(result.code)}
+        for edit in edits:  # what an edit added is in the child unless a later edit took it out
+            words = edit.split()
+            added = words[1] if words[0] == "insert" else words[3] if words[0] == "replace" else None
+            later = " ".join(edits[edits.index(edit) + 1 :])
+            if added is not None and added not in later:
+                assert added in present
+        algorithm = _algorithm(result.code, tmp_path, 20)
+        assert algorithm.name == "evolved"
+    assert set(counts) == {1, 2, 3}

@@ -21,7 +21,7 @@ def test_seed_is_cfr_plus_and_stage1_scores_it_in_the_sandbox():
     cfg = load_config(task.config_path)
     assert cfg.evaluator.memory_mb >= 1024  # importing torch in the sandbox needs it
     evaluator = TaskEvaluator(task.evaluator_path, cfg.evaluator)
-    assert evaluator.stages == ("evaluate_stage1", "evaluate")
+    assert evaluator.stages == ("evaluate_stage1", "evaluate_stage2", "evaluate_stage3")
     job = evaluator.job(task.initial_program)
     from dataclasses import replace
 
@@ -86,3 +86,31 @@ def test_baselines_are_offered_as_programs_and_the_horizon_reaches_them(tmp_path
     (tmp_path / "task_settings.json").write_text('{"iteratons": 40}')
     with pytest.raises(ValueError, match="unknown cfr task setting"):
         cfr_evaluator.settings(str(path))
+
+
+def test_stage2_then_stage3_is_the_full_evaluation_bit_for_bit(tmp_path):
+    # Successive halving's rung is the first part of the very run stage 3 finishes.
+    from societas.evolve.tasks.cfr import evaluator as cfr_evaluator
+    from societas.marl.games import CFRSolver
+    from societas.marl.games.suites import TRAINING_GAMES
+
+    task = load_task("cfr")
+    path = tmp_path / "program.py"
+    path.write_text((task.directory / "seeds" / "dpcfr_plus.py").read_text())
+    (tmp_path / "task_settings.json").write_text('{"iterations": 30, "halving_iterations": 7}')
+    program = str(path)
+    rung = cfr_evaluator.evaluate_stage2(program)
+    full = cfr_evaluator.evaluate_stage3(program)
+    assert full == cfr_evaluator.evaluate(program)
+    assert program not in cfr_evaluator._STARTED  # stage 3 took stage 2's solvers
+    assert cfr_evaluator.evaluate_stage3(program) == full  # alone, stage 3 runs the whole thing
+    builder = cfr_evaluator.load_builder(program, 30)
+    for game in TRAINING_GAMES:
+        name = cfr_evaluator.metric_name(game)
+        short = CFRSolver(game, builder(), device="cpu").run(7).exploitability[0]
+        assert rung[name] == -short
+        assert full[name] != rung[name]
+    assert rung["combined_score"] < full["combined_score"]
+    (tmp_path / "task_settings.json").write_text('{"iterations": 30, "halving_iterations": 31}')
+    with pytest.raises(ValueError, match="halving_iterations must be a whole number from 1 to iterations"):
+        cfr_evaluator.settings(program)

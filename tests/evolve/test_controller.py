@@ -84,6 +84,26 @@ def test_same_seed_gives_the_same_run_whatever_the_workers_or_executor(tmp_path,
     assert other.seed_score == a.seed_score
 
 
+def test_grouped_evaluation_gives_the_same_run_as_a_sandbox_each(tmp_path):
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = 12
+    cfg.batch_size = 6
+    cfg.evaluator.group_size = 3
+    single_cfg = load_config(task.config_path)
+    single_cfg.max_iterations = 12
+    single_cfg.batch_size = 6
+    for name, config in (("grouped", cfg), ("ungrouped", single_cfg)):
+        ctl = Controller(task, config, tmp_path / name, executor=ProcessExecutor(2))
+        try:
+            ctl.run()
+        finally:
+            ctl.close()
+    grouped = signature(tmp_path / "grouped")
+    assert grouped == signature(tmp_path / "ungrouped")
+    assert len(grouped) == 13 and sum(1 for p in grouped if p[4] == "ok") > 6
+
+
 def test_real_ray_executor_gives_the_same_run(tmp_path):
     pytest.importorskip("ray")
     local = run(tmp_path, "local", iterations=8, executor=ProcessExecutor(1))

@@ -8,7 +8,14 @@ exploitability of the average policy and their mean as ``combined_score``
 (higher is better); an average policy with negative or non-finite entries
 fails the candidate (its "exploitability" would mean nothing).
 ``evaluate_stage1`` is the cheap filter: ``stage1_iterations`` on 3-player
-Kuhn poker. ``evaluate_validation`` scores the validation games (variants of the same
+Kuhn poker. ``evaluate_stage2`` and ``evaluate_stage3`` are ``evaluate`` cut in
+two, for successive halving on the iteration count: stage 2 runs the first
+``halving_iterations`` of the training run (default ``iterations // 5``) and
+scores the average policy there; stage 3 continues the same solvers to
+``iterations`` (no iteration is run twice, and its metrics are bit for bit
+``evaluate``'s). A run's ``evaluator.halving_keep`` promotes to stage 3 only
+the candidates whose stage-2 score is among the best that fraction so far.
+``evaluate_validation`` scores the validation games (variants of the same
 families, apart from both sets) with ``validation_iterations``: the run
 returns the program that does best there among its best on the training
 set. ``evaluate_held_out`` scores the held-out games with
@@ -21,7 +28,8 @@ overriding earlier, from ``settings.json`` next to this file and from
 ``task_settings.json`` next to the program (written by the engine from the
 run's ``evaluator.task_settings``): keys ``iterations``,
 ``stage1_iterations``, ``held_out_iterations`` (default: ``iterations``),
-``validation_iterations`` (default: ``held_out_iterations``).
+``validation_iterations`` (default: ``held_out_iterations``),
+``halving_iterations`` (default: ``iterations // 5``).
 """
 
 import importlib.util
@@ -38,6 +46,7 @@ DEFAULTS = {
     "stage1_iterations": 100,
     "held_out_iterations": None,
     "validation_iterations": None,
+    "halving_iterations": None,
 }
 
 # The built-in baselines as candidate programs. Horizon-dependent constants follow
@@ -64,6 +73,15 @@ BASELINES = {
 def settings(program_path=None):
     """The effective settings for an evaluation of ``program_path``."""
     values = load_task_settings(__file__, program_path, DEFAULTS, "cfr", ("iterations", "stage1_iterations"))
+    halving = values.get("halving_iterations")
+    if halving is None:
+        halving = max(1, values["iterations"] // 5)
+    if isinstance(halving, bool) or not isinstance(halving, int) or not 1 <= halving <= values["iterations"]:
+        raise ValueError(
+            f"cfr task setting halving_iterations must be a whole number from 1 to iterations "
+            f"({values['iterations']}), got {halving!r}"
+        )
+    values["halving_iterations"] = halving
     return values
 
 
@@ -108,28 +126,70 @@ def check_average_policy(policy, game):
         )
 
 
-def score(program_path, games, iterations):
+_TREES: dict = {}
+
+
+def game_tree(game):
+    """The game's tree, built once per process (a group's candidates share the harness's copy)."""
+    from societas.marl.games import load_game
+
+    if game not in _TREES:
+        # No disk cache: the sandbox cannot see the host's, and a large tree
+        # (3-player Leduc) would exceed the sandbox's file-size limit.
+        _TREES[game] = load_game(game, "cpu", cache=False)
+    return _TREES[game]
+
+
+def warm_up(stages):
+    """Called once by a group of evaluations before its candidates run: torch and the stages' games."""
     import torch
 
-    from societas.marl.games import CFRSolver, load_game
+    torch.set_num_threads(1)
+    games = {
+        "evaluate_stage1": TRAIN_GAMES[:1],
+        "evaluate": TRAIN_GAMES,
+        "evaluate_stage2": TRAIN_GAMES,
+        "evaluate_stage3": TRAIN_GAMES,
+        "evaluate_validation": VALIDATION_GAMES,
+        "evaluate_held_out": HELD_OUT_GAMES,
+    }
+    for stage in stages:
+        for game in games.get(stage, ()):
+            game_tree(game)
+
+
+def start(program_path, games, iterations):
+    """One solver per game for the program's algorithm planned over ``iterations``, none run yet."""
+    import torch
+
+    from societas.marl.games import CFRSolver
 
     torch.set_num_threads(1)
     fresh = load_builder(program_path, iterations)
+    # A fresh Algorithm per game: hooks may keep state between iterations.
+    return {game: CFRSolver(game_tree(game), fresh(), device="cpu") for game in games}
+
+
+def advance(solvers, until):
+    """Run every solver up to iteration ``until``; the metrics of their average policies there."""
     metrics = {}
-    for game in games:
-        # No disk cache: the sandbox cannot see the host's, and a large tree
-        # (3-player Leduc) would exceed the sandbox's file-size limit.
-        tree = load_game(game, "cpu", cache=False)
-        # A fresh Algorithm per game: hooks may keep state between iterations.
-        solver = CFRSolver(tree, fresh(), device="cpu")
-        result = solver.run(iterations)
+    for game, solver in solvers.items():
+        result = solver.run(until - solver.iteration)
         check_average_policy(solver.average_policy(), game)
         exploitability = float(result.exploitability[0])
         if not math.isfinite(exploitability):
             raise ValueError(f"exploitability on {game} is {exploitability}")
         metrics[metric_name(game)] = -exploitability
-    metrics["combined_score"] = sum(metrics.values()) / len(games)
+    metrics["combined_score"] = sum(metrics.values()) / len(solvers)
     return metrics
+
+
+def score(program_path, games, iterations):
+    return advance(start(program_path, games, iterations), iterations)
+
+
+# Stage 2's solvers, continued by stage 3 in the same process.
+_STARTED: dict = {}
 
 
 def evaluate_stage1(program_path):
@@ -138,6 +198,21 @@ def evaluate_stage1(program_path):
 
 def evaluate(program_path):
     return score(program_path, TRAIN_GAMES, settings(program_path)["iterations"])
+
+
+def evaluate_stage2(program_path):
+    values = settings(program_path)
+    solvers = start(program_path, TRAIN_GAMES, values["iterations"])
+    _STARTED[program_path] = solvers
+    return advance(solvers, values["halving_iterations"])
+
+
+def evaluate_stage3(program_path):
+    values = settings(program_path)
+    solvers = _STARTED.pop(program_path, None)
+    if solvers is None:  # stage 3 on its own: the whole run
+        solvers = start(program_path, TRAIN_GAMES, values["iterations"])
+    return advance(solvers, values["iterations"])
 
 
 def evaluate_validation(program_path):
