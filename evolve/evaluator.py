@@ -166,6 +166,7 @@ for index, stage in enumerate(stages):
 """
 
 _GROUP_MARK = "__EVOLVE_GROUP__"
+_GROUP_RESULT_BYTES = 256_000  # what one candidate of a group may report (its metrics and artifacts)
 
 # Several candidates in one sandbox: the interpreter, the evaluator and what its
 # optional ``warm_up()`` loads (torch, game trees) are paid for once, and every
@@ -183,7 +184,7 @@ _nonce = sys.stdin.readline().strip()
 _root = os.path.abspath(os.getcwd())
 stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
 thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
-count, tail_limit = int(sys.argv[5]), int(sys.argv[6])
+count, tail_limit, result_limit = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 def _block(payload):
     sys.stdout.flush()
     os.write(1, ("\n__EVOLVE_GROUP__" + _nonce + " " + json.dumps(payload) + "\n").encode())
@@ -332,7 +333,7 @@ def _run(i):
         selector.register(fd, selectors.EVENT_READ)
     deadline = started + stage_timeout * len(stages) + 5.0
     status, timed_out, exited_at = None, False, None
-    while names:
+    while names or status is None:
         now = time.monotonic()
         if status is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
@@ -344,6 +345,9 @@ def _run(i):
             status, exited_at = os.waitpid(pid, 0)[1], now
         if exited_at is not None and now > exited_at + 0.5:
             break  # something the candidate started holds its pipes open; the sweep ends it
+        if not names:
+            time.sleep(0.02)  # the candidate closed its pipes but runs on: wait for its end or deadline
+            continue
         for key, _ in selector.select(timeout=0.05):
             chunk = os.read(key.fd, 65536)
             name = names.get(key.fd)
@@ -352,7 +356,7 @@ def _run(i):
                 names.pop(key.fd)
                 continue
             if name == "result":
-                if len(data["result"]) < 4000000:
+                if len(data["result"]) < result_limit:
                     data["result"] += chunk
             else:
                 data[name] = (data[name] + chunk)[-tail_limit:]
@@ -478,9 +482,11 @@ def _sandbox(
     memory_mb: int | None,
     max_processes: int,
     pythonpath: tuple[str, ...],
+    max_output_bytes: int = 64_000,
 ) -> Sandbox:
     return Sandbox(
         timeout_s=timeout_s,
+        max_output_bytes=max_output_bytes,
         memory_mb=memory_mb,
         max_processes=max_processes,
         pythonpath=pythonpath,
@@ -640,12 +646,15 @@ def run_group(jobs: tuple[EvalJob, ...] | list[EvalJob]) -> list[EvalOutcome]:
     first = jobs[0]
     started = time.monotonic()
     per_candidate = first.timeout_s * len(first.stages) + 5.0
+    # Room on stdout for every candidate's result and output tails in the final line.
+    output = len(jobs) * (_GROUP_RESULT_BYTES + 2 * _MAX_ARTIFACT + 4096) + 64_000
     sandbox = _sandbox(
         first.sandbox,
         per_candidate * len(jobs) + 60.0,
         first.memory_mb,
         first.max_processes,
         first.pythonpath,
+        max_output_bytes=output,
     )
     files: dict[str, str] = {f"candidate_{i}.py": job.code for i, job in enumerate(jobs)}
     files.update(_OPENEVOLVE_SHIM)
@@ -659,6 +668,7 @@ def run_group(jobs: tuple[EvalJob, ...] | list[EvalJob]) -> list[EvalOutcome]:
         str(first.timeout_s),
         str(len(jobs)),
         str(_MAX_ARTIFACT),
+        str(_GROUP_RESULT_BYTES),
     ]
     block: dict[str, Any] | None = None
     backend: str | None = None

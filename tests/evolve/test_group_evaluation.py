@@ -246,3 +246,21 @@ def test_cfr_candidates_score_the_same_in_a_group_as_alone():
         assert a.metrics == g.metrics  # bit for bit
     assert together[0].status == together[2].status == together[3].status == "ok"
     assert together[2].metrics["combined_score"] != together[0].metrics["combined_score"]
+
+
+def test_floods_of_output_and_closed_pipes_do_not_break_up_the_group(evaluator):
+    flood = "sys.stdout.write('x' * 300000); sys.stderr.write('y' * 300000)\nreturn 6.0"
+    # Deaf to its stage's alarm, with every pipe closed: only the harness's deadline ends it.
+    silent = (
+        "signal.signal(signal.SIGALRM, signal.SIG_IGN)\nfor fd in range(1, 20):\n    try:\n"
+        "        os.close(fd)\n    except OSError:\n        pass\ntime.sleep(60)"
+    )
+    floods = [program(full=flood.replace("6.0", f"{v}.0")) for v in (7, 8, 9)]
+    codes = [program(full=flood), program(full=silent), *floods]
+    outcomes = run_group([evaluator.job(code) for code in codes])  # more than the default 64 kB of output
+    assert outcomes[0].metrics["combined_score"] == 6.0
+    assert [o.metrics["combined_score"] for o in outcomes[2:]] == [7.0, 8.0, 9.0]
+    # warm_up() ran once, in the group's harness: nobody fell back to a sandbox of its own.
+    assert outcomes[0].metrics["warmed"] == outcomes[2].metrics["warmed"] == 1.0
+    assert outcomes[1].status == "failed" and "timeout after 13 s" in outcomes[1].failure
+    assert outcomes[0].artifacts["evaluate_stdout"].endswith("x" * 100)
