@@ -427,6 +427,12 @@ class HeldOutConfig(_Section):
 
 class EvolveConfig(_Section):
     max_iterations: int = Field(100, ge=0, le=MAX_ITERATIONS)
+    time_budget_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="stop starting batches once the search has run this long (this session's wall clock); "
+        "the run then ends early, with every batch it started complete, and a resume continues it",
+    )
     random_seed: int = Field(42, ge=-MAX_RANDOM_SEED, le=MAX_RANDOM_SEED)
     batch_size: int | None = Field(
         None,

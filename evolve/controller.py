@@ -372,7 +372,20 @@ class Controller:
             start,
             max_iter,
         )
+        budget = self.config.time_budget_minutes
+        began = time.monotonic()
         while start <= max_iter:
+            if budget is not None and time.monotonic() - began > 60.0 * budget:
+                logger.info(
+                    "time budget of %g minutes spent: stopping after iteration %d of %d",
+                    budget,
+                    start - 1,
+                    max_iter,
+                )
+                self.store.set_meta(
+                    "stopped_by_time_budget", {"after_iteration": start - 1, "minutes": budget}
+                )
+                break
             iterations = list(range(start, min(start + batch, max_iter + 1)))
             done = {i: stored[i] for i in iterations if i in stored}
             # Programs due for validation are scored alongside this batch's children (validation never

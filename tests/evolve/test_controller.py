@@ -104,6 +104,23 @@ def test_grouped_evaluation_gives_the_same_run_as_a_sandbox_each(tmp_path):
     assert len(grouped) == 13 and sum(1 for p in grouped if p[4] == "ok") > 6
 
 
+def test_a_time_budget_ends_the_run_early_and_a_resume_finishes_it(tmp_path):
+    result = run(tmp_path, "budget", iterations=40, time_budget_minutes=1e-9)
+    assert result.iterations == 0  # the budget was spent before the first batch could start
+    store = ProgramStore(tmp_path / "budget" / "programs.db")
+    try:
+        assert store.get_meta("stopped_by_time_budget") == {"after_iteration": 0, "minutes": 1e-9}
+    finally:
+        store.close()
+    ctl = Controller.resume(tmp_path / "budget", max_iterations=8)
+    try:
+        assert ctl.config.time_budget_minutes == 1e-9
+        ctl.config.time_budget_minutes = None
+        assert ctl.run().iterations == 8
+    finally:
+        ctl.close()
+
+
 def test_real_ray_executor_gives_the_same_run(tmp_path):
     pytest.importorskip("ray")
     local = run(tmp_path, "local", iterations=8, executor=ProcessExecutor(1))
