@@ -191,6 +191,13 @@ def _block(payload):
 if os.getppid() != 1:
     _block({"refused": "the sandbox has no PID namespace of its own, so candidates could not be kept apart"})
     os._exit(0)
+try:
+    # Not dumpable: a candidate (same uid) cannot open the harness's /proc/PID/fd (its stdin and
+    # stdout) or read its memory. The last-line rule below holds without it.
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+except Exception:
+    pass
 codes = []
 for i in range(count):
     path = os.path.join(_root, "candidate_%d.py" % i)

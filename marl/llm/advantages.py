@@ -32,7 +32,9 @@ when its groups are contiguous blocks of ``num_generations``.
 Degenerate groups, decided exactly rather than through floating-point noise:
 
 - a singleton group (one sample) has no baseline to compare against: its
-  advantage is 0 (TRL's ``num_generations == 1`` case);
+  advantage is 0 (TRL's ``num_generations == 1`` case), except in a group
+  keyed by :class:`HopGroup` (Dr. Zero's HRPO), where a lone sample keeps its
+  raw (weighted) reward as its advantage, as the reference code does;
 - a group whose rewards are all equal carries no learning signal: its
   advantage is 0 (TRL gives 0 up to rounding of the mean; here it is exactly 0).
 
@@ -43,12 +45,30 @@ In GDPO these rules apply per reward column, and again to the batch step
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["gdpo_advantages", "group_ids", "grpo_advantages"]
+__all__ = ["HopGroup", "gdpo_advantages", "group_ids", "grpo_advantages", "raw_singletons"]
 
 TRL_EPS = 1e-4
+
+
+@dataclass(frozen=True)
+class HopGroup:
+    """The group key of HRPO (Dr. Zero, arXiv 2601.07055): the proposer samples of one hop count.
+
+    Advantages are standardised within the hop group like GRPO's, except that a
+    hop group with a single sample keeps its raw reward as its advantage (the
+    reference implementation's rule) instead of 0.
+    """
+
+    hops: Hashable
+
+
+def raw_singletons(keys: Sequence[Hashable]) -> torch.Tensor:
+    """``[B]`` bool: which samples' groups keep a lone sample's raw reward (:class:`HopGroup` keys)."""
+    return torch.tensor([isinstance(k, HopGroup) for k in keys], dtype=torch.bool)
 
 
 def group_ids(keys: Sequence[Hashable]) -> torch.Tensor:
@@ -122,7 +142,12 @@ def _normalise_in_groups(
 
 
 def grpo_advantages(
-    rewards: torch.Tensor, groups: torch.Tensor, weights=None, scale: bool = True, eps: float = TRL_EPS
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    weights=None,
+    scale: bool = True,
+    eps: float = TRL_EPS,
+    keep_raw: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO advantages [B]: weighted reward sum, normalised within each group.
 
@@ -133,12 +158,22 @@ def grpo_advantages(
         scale: divide by the group's unbiased std + eps (GRPO); ``False`` only
             centres on the group mean (Dr. GRPO).
         eps: added to the std (TRL uses 1e-4).
+        keep_raw: [B] bool; a sample marked here that is alone in its group keeps
+            its weighted reward as advantage (HRPO's rule, see :class:`HopGroup`
+            and :func:`raw_singletons`); unmarked singletons get 0.
     """
     r = _as_matrix(rewards)
     w = _weights(weights, r.shape[1], r)
     g, G = _compact_groups(groups, r.shape[0], r.device)
     total = (r * w).sum(dim=1, keepdim=True)  # r_i = sum_k w_k r_ik
-    return _normalise_in_groups(total, g, G, scale, eps).squeeze(1)
+    adv = _normalise_in_groups(total, g, G, scale, eps).squeeze(1)
+    if keep_raw is not None:
+        keep_raw = torch.as_tensor(keep_raw, dtype=torch.bool, device=adv.device)
+        if keep_raw.shape != adv.shape:
+            raise ValueError(f"keep_raw must have shape [{adv.shape[0]}], got {tuple(keep_raw.shape)}")
+        alone = torch.bincount(g, minlength=G)[g] == 1
+        adv = torch.where(keep_raw & alone, total.squeeze(1), adv)
+    return adv
 
 
 def gdpo_advantages(

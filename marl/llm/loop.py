@@ -58,7 +58,7 @@ from matplotlib.figure import Figure
 
 from societas.agents.documents import load_json_file
 from societas.agents.llm.base import encode_with_tokenizer
-from societas.marl.llm.advantages import group_ids
+from societas.marl.llm.advantages import HopGroup, group_ids, raw_singletons
 from societas.marl.llm.backend import Backend, TrainConfig
 from societas.marl.llm.distributed import RayRollouts
 from societas.marl.llm.recipe import FROZEN, Episode, EpisodeResult, Recipe, episode_seed
@@ -423,7 +423,8 @@ def train(
                         row[f"{pol}/skipped"] = "no samples"
                         continue
                     rt = torch.as_tensor(rewards, dtype=torch.float32)
-                    adv = backend.trainers[pol].advantages(rt, _group_tensor(groups))
+                    keep = raw_singletons(groups) if any(isinstance(g, HopGroup) for g in groups) else None
+                    adv = backend.trainers[pol].advantages(rt, _group_tensor(groups), keep)
                     if float(adv.abs().max()) == 0.0:
                         row[f"{pol}/skipped"] = "all advantages are zero (equal rewards within every group)"
                         continue

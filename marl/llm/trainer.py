@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from societas.marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages
+from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
 from societas.marl.llm.losses import LOSS_TYPES, policy_loss
 from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
 
@@ -180,12 +180,20 @@ class PolicyTrainer:
 
     # -- advantages -----------------------------------------------------------------------------
 
-    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-        """Per-sample advantages [B] of ``rewards`` ([B] or [B, R]) by ``config.advantage``."""
+    def advantages(
+        self, rewards: torch.Tensor, groups: torch.Tensor, keep_raw: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Per-sample advantages [B] of ``rewards`` ([B] or [B, R]) by ``config.advantage``.
+
+        ``keep_raw`` marks samples whose group keeps a lone sample's raw reward
+        (HRPO's hop groups, :func:`~societas.marl.llm.advantages.raw_singletons`).
+        """
         w = self.config.reward_weights
         if self.config.advantage == "gdpo":
             return gdpo_advantages(rewards, groups, weights=w)
-        return grpo_advantages(rewards, groups, weights=w, scale=self.config.advantage == "grpo")
+        return grpo_advantages(
+            rewards, groups, weights=w, scale=self.config.advantage == "grpo", keep_raw=keep_raw
+        )
 
     # -- the update -----------------------------------------------------------------------------
 
@@ -212,8 +220,10 @@ class PolicyTrainer:
             )
         if groups is None:
             groups = [s.group_key for s in samples]
+        keep_raw = None
         if not isinstance(groups, torch.Tensor):
             groups = list(groups)
+            keep_raw = raw_singletons(groups) if any(isinstance(g, HopGroup) for g in groups) else None
             if len(groups) != len(samples):
                 raise ValueError(f"groups has {len(groups)} entries for {len(samples)} samples")
             if not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
@@ -226,13 +236,14 @@ class PolicyTrainer:
             samples = [samples[i] for i in keep]
             idx = torch.tensor(keep, dtype=torch.long)
             rewards, groups = rewards[idx], groups[idx]
+            keep_raw = keep_raw[idx] if keep_raw is not None else None
         if not samples:
             raise ValueError(
                 "no samples to train on" + (f" for policy {self.policy!r}" if self.policy else "")
             )
 
         cfg = self.config
-        adv = self.advantages(rewards, groups)
+        adv = self.advantages(rewards, groups, keep_raw)
         dev = self.device
         has_old = all(s.old_logprobs is not None for s in samples)
         plain = [

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from societas.marl.llm import gdpo_advantages, group_ids, grpo_advantages
+from societas.marl.llm.advantages import HopGroup, raw_singletons
 
 torch.set_num_threads(1)
 
@@ -104,6 +105,24 @@ def test_singleton_and_zero_variance_groups_are_zero():
     assert gdpo_advantages(torch.tensor([[1.0, 2.0]]), torch.tensor([0])).eq(0).all()
     assert gdpo_advantages(torch.tensor([[1.0, 2.0], [1.0, 2.0]]), torch.tensor([0, 0])).eq(0).all()
     assert gdpo_advantages(torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1])).eq(0).all()
+
+
+def test_hrpo_hop_groups_keep_a_lone_samples_raw_reward():
+    # Dr. Zero's reference HRPO: advantages standardised within each hop group, and a hop
+    # group with one sample keeps its raw reward (worked by hand below).
+    keys = [HopGroup("hops=1"), HopGroup("hops=2"), HopGroup("hops=1"), HopGroup("hops=3"), "q7", "q7", "q8"]
+    rewards = torch.tensor([1.0, 0.8, 3.0, 0.0, 1.0, 0.0, 0.6])
+    keep = raw_singletons(keys)
+    assert keep.tolist() == [True, True, True, True, False, False, False]
+    adv = grpo_advantages(rewards, group_ids(keys), keep_raw=keep, eps=0.0)
+    # hops=1: 1, 3 -> mean 2, std sqrt(2); hops=2 and hops=3 alone: 0.8 and 0.0 raw;
+    # q7: 1, 0 -> mean 0.5, std sqrt(0.5); q8 alone but a GRPO group: 0.
+    r2, rh = math.sqrt(2.0), math.sqrt(0.5)
+    expected = torch.tensor([-1 / r2, 0.8, 1 / r2, 0.0, 0.5 / rh, -0.5 / rh, 0.0])
+    torch.testing.assert_close(adv, expected)
+    assert grpo_advantages(rewards, group_ids(keys))[[1, 3]].eq(0).all()  # without the rule: 0
+    with pytest.raises(ValueError, match="keep_raw"):
+        grpo_advantages(rewards, group_ids(keys), keep_raw=keep[:3])
 
 
 def test_bad_inputs_raise():

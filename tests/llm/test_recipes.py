@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from societas.agents.llm.function import FunctionLLM
 from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.advantages import HopGroup
 from societas.marl.llm.loop import FROZEN, Episode
 from societas.marl.llm.recipes import RECIPES
 from societas.marl.llm.recipes.conductor import (
@@ -204,7 +205,7 @@ def test_selfplay_rewards_groups_and_alternation(tiny_llm):
     res = rec.run_episodes({"proposer": proposer, "solver": solver}, eps, train=True)
     for e, r in zip(eps, res):
         props = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "proposer"]
-        assert len(props) == 1 and props[0][2] == e.group  # HRPO: grouped by hop count
+        assert len(props) == 1 and props[0][2] == HopGroup(e.group)  # HRPO: grouped by hop count
         assert props[0][1] == r.metrics["reward"]
         sols = [(s, rw, g) for s, rw, g in zip(r.samples, r.rewards, r.groups) if s.policy == "solver"]
         if r.metrics["format"] > 0:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.advantages import HopGroup
 from societas.marl.llm.rollouts import (
     SEGMENTS_KEY,
     RoleMap,
@@ -74,6 +75,16 @@ def test_positive_advantage_raises_logprob_negative_lowers(llm):
     assert after[0] > before[0] + 1e-3  # rewarded completion is now more likely
     assert after[1] < before[1] - 1e-3  # the other one less likely
     assert not llm.model.training  # eval mode restored for generation
+
+
+def test_hop_group_keys_give_a_lone_proposal_its_raw_reward(llm):
+    rm = RoleMap({"answerer": "p"})
+    samples = _rollout(llm, _one_node(), ["say hi", "say hi"], rm, seed=1)
+    tr = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=1e-3))
+    m = tr.step(samples, torch.tensor([0.75, 0.25]), groups=[HopGroup(1), HopGroup(2)])
+    assert m["advantage_mean"] == pytest.approx(0.5)  # each alone in its hop group: raw rewards
+    plain = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(lr=1e-3))
+    assert plain.step(samples, torch.tensor([0.75, 0.25]), groups=[1, 2])["advantage_mean"] == 0.0
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])

@@ -37,6 +37,7 @@ from pydantic import Field, model_validator
 
 from societas.agents.llm.base import SamplingParams
 from societas.agents.parsers import answers_match, extract_final_answer
+from societas.marl.llm.advantages import HopGroup
 from societas.marl.llm.loop import Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from societas.marl.llm.rollouts import RoleMap, samples_from_trace
 from societas.marl.llm.settings import RecipeConfig, recipe_settings
@@ -224,7 +225,7 @@ class SelfPlayRecipe(Recipe):
                 if s.meta["role"] == "proposer":
                     kept.append(s)
                     rewards.append(o.reward)
-                    groups.append(e.group)  # HRPO: standardise within the hop group
+                    groups.append(HopGroup(e.group))  # HRPO: standardise within the hop group
                 elif usable:
                     idx = int(s.meta["sender"].rsplit("_", 1)[1]) - 1
                     kept.append(s)
