@@ -64,7 +64,7 @@ def test_split_reasoning_drops_blank_and_answer_lines():
 
 
 @pytest.mark.parametrize(
-    "frac, n_lines", [(0.0, 0), (0.1, 0), (0.25, 2), (0.3, 2), (0.5, 4), (0.75, 6), (0.99, 7), (1.0, 8)]
+    "frac, n_lines", [(0.0, 0), (0.1, 1), (0.25, 2), (0.3, 2), (0.5, 4), (0.75, 6), (0.99, 7), (1.0, 8)]
 )
 def test_cut_reasoning_keeps_floor_of_fraction_of_reasoning_lines(frac, n_lines):
     cut = cut_reasoning(SPEAKER, frac)
@@ -77,8 +77,9 @@ def test_cut_reasoning_keeps_floor_of_fraction_of_reasoning_lines(frac, n_lines)
 def test_cut_reasoning_floating_point_edge_and_min_lines():
     ten = "\n".join(f"step {i}" for i in range(10)) + "\nFinal answer: 9"
     assert len(cut_reasoning(ten, 0.7).splitlines()) == 7  # 0.7 * 10 is 6.999... in floating point
-    assert cut_reasoning(ten, 0.05) == ""
-    assert cut_reasoning(ten, 0.05, min_lines=1) == "step 0"  # the REMUL code keeps at least one line
+    assert cut_reasoning(ten, 0.05) == "step 0"  # REMUL keeps at least one line: max(1, floor(0.5))
+    assert cut_reasoning(ten, 0.05, min_lines=0) == ""  # the plain floor, when asked for
+    assert cut_reasoning(ten, 0.0) == ""  # a cut at 0 keeps nothing
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         cut_reasoning(ten, 1.5)
 
@@ -110,7 +111,8 @@ def test_sentence_units_for_paragraph_writers():
         "17. Done",
     )
     assert cut_reasoning(para, 0.7, unit="sentence") == "First we count 3 pens.\nEach pen holds 4 sheep!"
-    assert cut_reasoning(para, 0.7) == ""  # floor(0.7 * 1 line) = 0
+    assert cut_reasoning(para, 0.7) == para.split("\n")[0]  # max(1, floor(0.7 * 1 line)) = 1
+    assert cut_reasoning(para, 0.7, min_lines=0) == ""
     with pytest.raises(ValueError, match="unit must be one of line, sentence"):
         cut_reasoning(para, 0.5, unit="word")
     with pytest.raises(ValueError, match="unit must be one of"):

@@ -158,19 +158,20 @@ def _check_frac(frac: float) -> float:
     return float(frac)
 
 
-def _n_kept(frac: float, n_lines: int, min_lines: int = 0) -> int:
-    # The epsilon keeps 0.7 * 10 (= 6.999...) at 7 lines.
+def _n_kept(frac: float, n_lines: int, min_lines: int = 1) -> int:
+    # The epsilon keeps 0.7 * 10 (= 6.999...) at 7 lines; a cut at 0 keeps nothing.
     n = math.floor(frac * n_lines + 1e-9)
-    return max(n, min(min_lines, n_lines))
+    return max(n, min(min_lines, n_lines)) if frac > 0 else 0
 
 
-def cut_reasoning(text: str, frac: float, *, min_lines: int = 0, unit: Unit = "line") -> str:
-    """The first ``floor(frac * L)`` reasoning lines of ``text``, joined by newlines.
+def cut_reasoning(text: str, frac: float, *, min_lines: int = 1, unit: Unit = "line") -> str:
+    """The first ``max(1, floor(frac * L))`` reasoning lines of ``text``, joined by newlines.
 
     ``L`` counts the reasoning lines of :func:`split_reasoning` (the speaker's
     non-blank lines without the final-answer line), so the cut never contains
-    the final answer. ``min_lines`` keeps at least that many lines (the
-    REMUL reference code keeps at least one); the default 0 is the plain floor.
+    the final answer. ``min_lines`` keeps at least that many lines of a cut
+    above 0 (the REMUL paper and code keep at least one, the default); 0 gives
+    the plain floor.
     ``unit="sentence"`` counts sentences instead of lines.
     """
     frac = _check_frac(frac)
@@ -194,7 +195,7 @@ def cut_node(ctx: Any) -> str:
     if "frac" not in ctx.meta:
         raise ValueError(f"cut node {ctx.node!r} needs meta['frac']")
     frac = _check_frac(ctx.meta["frac"])
-    min_lines = int(ctx.meta.get("min_lines", 0))
+    min_lines = int(ctx.meta.get("min_lines", 1))
     unit = ctx.meta.get("unit", "line")
     if unit not in UNITS:
         raise ValueError(f"cut node {ctx.node!r}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
@@ -340,7 +341,7 @@ def speaker_listeners(
     balanced: bool = False,
     reference: str | None = None,
     references: Mapping[str, str] | None = None,
-    min_lines: int = 0,
+    min_lines: int = 1,
     unit: Unit = "line",
     name: str = "speaker_listeners",
     llms: dict[str, str] | None = None,

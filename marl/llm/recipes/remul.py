@@ -191,7 +191,9 @@ class RemulConfig(RecipeConfig):
     )
     sft_batch: int = Field(8, ge=1, description="worked solutions per masked-SFT step")
     min_lines: int = Field(
-        0, ge=0, description="keep at least this many reasoning lines in every cut (reference code: 1)"
+        1,
+        ge=0,
+        description="keep at least this many reasoning lines in every cut (the paper's 1; 0: plain floor)",
     )
 
     @field_validator("cuts")
