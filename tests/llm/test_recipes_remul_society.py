@@ -170,6 +170,45 @@ def test_remul_reward_is_the_hand_count_of_matching_listeners(correctness, answe
         assert x.samples == []  # FunctionLLM has no tokens (and evaluation trains nothing)
 
 
+def listener_reads_two_lines(msgs):
+    return "Final answer: " + ("7" if "Step two." in msgs[-1]["content"] else "5")
+
+
+def listener_reads_three_lines(msgs):
+    return "Final answer: " + ("7" if "Step three." in msgs[-1]["content"] else "5")
+
+
+def listener_always_five(msgs):
+    return "Final answer: 5"
+
+
+def test_remul_listeners_can_be_three_different_models():
+    here = __name__
+    uris = [f"function:{here}:{name}" for name in ("listener_reads_two_lines", "listener_reads_three_lines")]
+    uris.append(f"function:{here}:listener_always_five")
+    r = RemulRecipe(group_size=2, listener_models=uris)
+    graph = r.graph()
+    names = [graph.node(n).llm for n in graph.nodes if n.startswith("listener_25")]
+    assert names == ["listener_1", "listener_2", "listener_3"]
+    episode = Episode(
+        {"kind": "question", "question": "Ann has 3 and buys 4 more. How many?", "answer": 7}, 1, "g", 0
+    )
+    # The frozen base model is not asked: a listener that would always agree is ignored.
+    (x,) = r.run_episodes(
+        {"speaker": FunctionLLM(_speaker), FROZEN: FunctionLLM(_speaker)}, [episode], train=False
+    )
+    # 4 reasoning lines: the cuts keep 1, 2 and 3 lines; listener 1 follows from 2 lines, listener 2
+    # from 3, listener 3 never: matches 0 + 1 + 2.
+    assert x.record["listener_answers"] == {
+        "0.25": ["5", "5", "5"],
+        "0.5": ["7", "5", "5"],
+        "0.75": ["7", "7", "5"],
+    }
+    assert x.metrics["reward"] == 3.0
+    with pytest.raises(SettingsError, match="listener_models: lists 2 models for n_listeners=3"):
+        RemulRecipe(listener_models=uris[:2])
+
+
 def test_remul_episodes_with_a_tiny_model(tiny_llm):
     r = RemulRecipe(
         questions_per_step=2, group_size=2, speaker_tokens=12, listener_tokens=6, eval_questions=2

@@ -11,9 +11,10 @@ an arithmetic word problem whose answer is computed
 The trained **speaker** (policy ``"speaker"``) reasons one step per line and
 ends with ``Final answer: ...``; its reasoning (without the answer line) is
 cut after 25%, 50% and 75% of its lines, and ``n_listeners`` listeners per
-cut (``min_lines``: keep at least that many lines, as the REMUL
-reference code's 1; default 0, the plain floor) — the **frozen** base model, which never sees the speaker's answer —
-continue each cut to their own answer. The speaker's reward is the pattern's
+cut (at least ``min_lines`` lines, REMUL's 1 by default; 0: the plain floor) —
+the **frozen** base model, or one model per listener (``listener_models``:
+``load_llm`` URIs, the paper's three different models), none of which sees the
+speaker's answer — continue each cut to their own answer. The speaker's reward is the pattern's
 :func:`~societas.topology.patterns.remul.agreement_reward`::
 
     reward = #{(cut, listener) : listener's answer == speaker's answer}          # 0..9
@@ -59,6 +60,7 @@ from pydantic import Field, field_validator, model_validator
 from societas.agents.agent import Agent
 from societas.agents.llm.base import encode_with_tokenizer
 from societas.agents.llm.function import FunctionLLM
+from societas.agents.llm.loading import load_llm
 from societas.marl.llm.loop import FROZEN, Episode, EpisodeResult, Recipe, episode_seed, policy_tokenizer
 from societas.marl.llm.recipes.selfplay import heldout_problems
 from societas.marl.llm.rollouts import RoleMap, TokenRecorder, TokenSample, samples_from_trace
@@ -190,6 +192,11 @@ class RemulConfig(RecipeConfig):
         description="distinct fractions in [0, 1] of the early-answering curve (kept sorted)",
     )
     sft_batch: int = Field(8, ge=1, description="worked solutions per masked-SFT step")
+    listener_models: list[str] | None = Field(
+        None,
+        description="one load_llm URI per listener (the paper's three different models), the same "
+        "listeners at every cut; default: the frozen base model for all of them (runs offline)",
+    )
     min_lines: int = Field(
         1,
         ge=0,
@@ -207,6 +214,15 @@ class RemulConfig(RecipeConfig):
     @classmethod
     def _sorted_fractions(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         return tuple(sorted(_distinct("ea_fractions", v)))
+
+    @model_validator(mode="after")
+    def _one_model_per_listener(self) -> RemulConfig:
+        if self.listener_models is not None and len(self.listener_models) != self.n_listeners:
+            raise FieldProblem(
+                ("listener_models",),
+                f"lists {len(self.listener_models)} models for n_listeners={self.n_listeners}; give one per listener",
+            )
+        return self
 
     @model_validator(mode="after")
     def _curve_has_points(self) -> RemulConfig:
@@ -231,6 +247,7 @@ class RemulRecipe(Recipe):
         self._eval = heldout_questions(self.settings.eval_questions)
         self._eval_set = frozenset(q for q, _ in self._eval)
         self.role_map = RoleMap({"speaker": "speaker"})
+        self._listener_llms: list[Any] | None = None
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -242,13 +259,14 @@ class RemulRecipe(Recipe):
     # -- the graph ----------------------------------------------------------------------------------
 
     def graph(self, references: Mapping[str, Any] | None = None, *, train: bool = True) -> Any:
-        """The speaker/listeners graph (speaker model ``"speaker"``, listeners ``"listener"``)."""
+        """The speaker/listeners graph (speaker model ``"speaker"``; listeners ``"listener"``, or
+        ``"listener_1"``, ``"listener_2"``, ... with ``listener_models``)."""
         refs = {str(k): str(v) for k, v in (references or {}).items()}
         return speaker_listeners(
             self.settings.cuts,
             self.settings.n_listeners,
             speaker_llm="speaker",
-            listener_llm="listener",
+            listener_llm=self._listener_names(),
             speaker_params={
                 "temperature": self.settings.temperature if train else 0.0,
                 "max_new_tokens": self.settings.speaker_tokens,
@@ -262,6 +280,19 @@ class RemulRecipe(Recipe):
             min_lines=self.settings.min_lines,
             name="remul",
         )
+
+    def _listener_names(self) -> str | list[str]:
+        models = self.settings.listener_models
+        return "listener" if models is None else [f"listener_{i + 1}" for i in range(len(models))]
+
+    def _listeners(self, llms: Mapping[str, Any]) -> dict[str, Any]:
+        """The listeners' LLMs by graph name: the frozen base model, or one loaded model per listener."""
+        models = self.settings.listener_models
+        if models is None:
+            return {"listener": llms[FROZEN]}
+        if self._listener_llms is None:
+            self._listener_llms = [load_llm(uri) for uri in models]
+        return {f"listener_{i + 1}": llm for i, llm in enumerate(self._listener_llms)}
 
     def speaker_prompt(self, question: str) -> list[dict[str, str]]:
         """The speaker's chat prompt for ``question``, exactly as the Runtime renders it."""
@@ -360,7 +391,7 @@ class RemulRecipe(Recipe):
         refs = {e.task["question"]: e.task["answer"] for e in episodes}
         graph = self.graph(refs, train=train)
         on_event = spk.on_event if isinstance(spk, TokenRecorder) else None
-        rt = Runtime(graph, llms={"speaker": spk, "listener": llms[FROZEN]}, on_event=on_event)
+        rt = Runtime(graph, llms={"speaker": spk, **self._listeners(llms)}, on_event=on_event)
         runs = rt.run_many([e.task["question"] for e in episodes], seeds=[e.seed for e in episodes])
         tok = policy_tokenizer(spk, self.name) if train else None
         results = []
