@@ -17,6 +17,13 @@ Aggregation (``loss_type``, as in TRL's ``GRPOTrainer``)::
     grpo     mean_i [ sum_t m_{i,t} l_{i,t} / max(1, sum_t m_{i,t}) ]   (per-sequence mean, then mean)
     bnpo     sum_{i,t} m l / max(1, sum_{i,t} m)                        (mean over all kept tokens)
     dr_grpo  sum_{i,t} m l / (B * max_completion_length)                (Dr. GRPO, arXiv 2503.20783)
+    dapo     sum_{i,t} m l / num_items_in_batch                        (DAPO's token-level loss, TRL's default)
+
+``num_items_in_batch`` is the number of kept tokens in the whole batch of the
+optimizer step (TRL's ``num_items_in_batch``); it defaults to this call's
+kept tokens, where ``dapo`` equals ``bnpo``. Across micro-batches of one
+step the two differ: ``bnpo`` normalises each micro-batch by its own tokens,
+``dapo`` every micro-batch by the step's total.
 
 A sequence with no kept token adds 0 to the ``grpo`` mean but still counts in
 its denominator B (TRL does the same). ``max_completion_length`` defaults to T.
@@ -35,7 +42,7 @@ import torch
 
 __all__ = ["LOSS_TYPES", "policy_loss"]
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -51,8 +58,9 @@ def policy_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     kl_beta: float = 0.0,
-    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo",
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "grpo",
     max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped GRPO surrogate with optional k3 KL penalty.
 
@@ -65,8 +73,10 @@ def policy_loss(
         clip_eps: lower clip range eps (ratio >= 1 - eps).
         clip_eps_high: upper clip range (ratio <= 1 + eps_high); defaults to ``clip_eps``.
         kl_beta: KL coefficient beta.
-        loss_type: ``"grpo"``, ``"bnpo"`` or ``"dr_grpo"`` aggregation (module docstring).
+        loss_type: ``"grpo"``, ``"bnpo"``, ``"dr_grpo"`` or ``"dapo"`` aggregation (module docstring).
         max_completion_length: the ``dr_grpo`` constant; defaults to T.
+        num_items_in_batch: the ``dapo`` normaliser (kept tokens of the whole step); defaults to
+            ``mask.sum()``.
 
     Returns:
         The scalar loss and a dict with ``clip_fraction``, ``kl`` and ``ratio``.
@@ -104,6 +114,9 @@ def policy_loss(
         loss = (per_token.sum(dim=1) / m.sum(dim=1).clamp(min=1.0)).mean()
     elif loss_type == "bnpo":
         loss = per_token.sum() / m.sum().clamp(min=1.0)
+    elif loss_type == "dapo":
+        items = float(m.sum()) if num_items_in_batch is None else float(num_items_in_batch)
+        loss = per_token.sum() / max(1.0, items)
     else:
         L = new_logp.shape[1] if max_completion_length is None else max_completion_length
         loss = per_token.sum() / (new_logp.shape[0] * L)

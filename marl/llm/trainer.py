@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
 from societas.marl.llm.losses import LOSS_TYPES, policy_loss
@@ -68,9 +68,15 @@ class GRPOConfig(BaseModel):
     clip_eps: float = Field(0.2, gt=0.0)
     clip_eps_high: float | None = Field(None, gt=0.0, description="DAPO's upper clip; None = clip_eps")
     kl_beta: float = Field(0.0, ge=0.0)
-    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "grpo",
+        description="loss aggregation; 'dr_grpo' alone also sets advantage='dr_grpo' (Dr. GRPO's two changes "
+        "go together unless both are given); 'dapo': DAPO's token-level mean over the step's batch",
+    )
     max_completion_length: int | None = Field(None, ge=1, description="dr_grpo constant; None = batch width")
-    advantage: Literal["grpo", "gdpo", "dr_grpo"] = "grpo"
+    advantage: Literal["grpo", "gdpo", "dr_grpo"] = Field(
+        "grpo", description="'dr_grpo' alone also sets loss_type='dr_grpo' (see loss_type)"
+    )
     reward_weights: list[float] | None = None
     grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step (at least)")
     micro_batch_tokens: int | None = Field(
@@ -83,6 +89,17 @@ class GRPOConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="optimizer steps per batch (mu)")
     seed: int = 0
     lora: dict[str, Any] | None = Field(None, description="peft.LoraConfig kwargs; None = full fine-tuning")
+
+    @model_validator(mode="after")
+    def _dr_grpo_by_name(self) -> GRPOConfig:
+        # Dr. GRPO (Liu et al., arXiv 2503.20783) is two changes: no std scaling of the advantages AND a
+        # constant length normaliser. Naming it in one field gives both, unless the other is given too.
+        given = self.model_fields_set
+        if self.loss_type == "dr_grpo" and "advantage" not in given:
+            self.advantage = "dr_grpo"
+        if self.advantage == "dr_grpo" and "loss_type" not in given:
+            self.loss_type = "dr_grpo"
+        return self
 
 
 def _set_seed(seed: int) -> None:
@@ -296,9 +313,12 @@ class PolicyTrainer:
                         kl_beta=cfg.kl_beta,
                         loss_type=cfg.loss_type,
                         max_completion_length=L,
+                        num_items_in_batch=total_tokens,
                     )
                     if cfg.loss_type == "bnpo":
                         w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
+                    elif cfg.loss_type == "dapo":  # already normalised by the step's tokens
+                        w = 1.0
                     else:  # grpo, dr_grpo: mean over sequences
                         w = len(ix) / B
                     (loss * w).backward()

@@ -127,7 +127,15 @@ def test_loss_type_aggregation_by_hand():
     mask0 = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
     assert policy_loss(new, new, adv, mask0)[0].item() == pytest.approx(-1.0 / 2)
     with pytest.raises(ValueError, match="loss_type"):
-        policy_loss(new, new, adv, mask, loss_type="dapo")
+        policy_loss(new, new, adv, mask, loss_type="token")
+    # DAPO: the kept tokens of the whole step normalise (here 3 kept tokens of a 7-token step)
+    dapo = policy_loss(new, new, adv, mask, loss_type="dapo", num_items_in_batch=7)[0].item()
+    assert dapo == pytest.approx(
+        policy_loss(new, new, adv, mask, loss_type="bnpo")[0].item() * mask.sum() / 7
+    )
+    assert policy_loss(new, new, adv, mask, loss_type="dapo")[0].item() == pytest.approx(
+        policy_loss(new, new, adv, mask, loss_type="bnpo")[0].item()
+    )
 
 
 def test_matches_trl_compute_loss():
@@ -144,7 +152,7 @@ def test_matches_trl_compute_loss():
     mask = (torch.rand(B, T) > 0.3).long()
     mask[:, 0] = 1
 
-    for loss_type in ("grpo", "bnpo", "dr_grpo"):
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
         for beta, eps_high in ((0.0, 0.2), (0.04, 0.28)):
             fake = SimpleNamespace(
                 top_entropy_quantile=1.0,
@@ -160,8 +168,10 @@ def test_matches_trl_compute_loss():
                 max_completion_length=T + 2,
                 _entropy_bonus_enabled=False,
                 aux_loss_enabled=False,
-                args=SimpleNamespace(use_bias_correction_kl=False, delta=None),
-                accelerator=SimpleNamespace(reduce=lambda x, reduction="sum": x, gather=lambda x: x),
+                args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
+                accelerator=SimpleNamespace(
+                    reduce=lambda x, reduction="sum": x, gather=lambda x: x, num_processes=1
+                ),
                 _metrics=defaultdict(lambda: defaultdict(list)),
                 _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
             )
@@ -173,6 +183,7 @@ def test_matches_trl_compute_loss():
                 "advantages": adv,
                 "old_per_token_logps": old,
                 "ref_per_token_logps": ref,
+                "num_items_in_batch": mask.sum().float() * 1.5,  # the step's batch is larger than this one
             }
             trl_loss = GRPOTrainer._compute_loss(fake, None, inputs)
             ours, metrics = policy_loss(
@@ -186,6 +197,7 @@ def test_matches_trl_compute_loss():
                 kl_beta=beta,
                 loss_type=loss_type,
                 max_completion_length=T + 2,
+                num_items_in_batch=float(mask.sum()) * 1.5,
             )
             torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
             trl_metrics = fake._metrics["train"]

@@ -87,7 +87,17 @@ def test_hop_group_keys_give_a_lone_proposal_its_raw_reward(llm):
     assert plain.step(samples, torch.tensor([0.75, 0.25]), groups=[1, 2])["advantage_mean"] == 0.0
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_dr_grpo_named_once_gives_both_of_its_changes():
+    assert GRPOConfig(loss_type="dr_grpo").advantage == "dr_grpo"
+    assert GRPOConfig(advantage="dr_grpo").loss_type == "dr_grpo"
+    assert GRPOConfig().loss_type == "grpo" and GRPOConfig().advantage == "grpo"
+    # both given: an ablation of one change keeps what it says
+    mixed = GRPOConfig(loss_type="dr_grpo", advantage="grpo")
+    assert (mixed.loss_type, mixed.advantage) == ("dr_grpo", "grpo")
+    assert GRPOConfig(loss_type="dapo").advantage == "grpo"
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_gradient_accumulation_equals_full_batch(llm, loss_type):
     rm = RoleMap({"answerer": "p"})
     samples = _rollout(llm, _one_node(), ["q1", "q1", "q2", "q2"], rm, seed=2)
