@@ -47,7 +47,7 @@ from societas.marl.progress import progress_bar
 
 from .algorithms import ALGORITHMS, algorithm_names, get_algorithm
 from .cfr import CFRSolver
-from .evaluate import evaluate
+from .evaluate import TIES, evaluate
 from .metasolvers import meta_solver_names
 from .plots import log_checkpoints, plot_curves
 from .psro import run_psro
@@ -370,6 +370,9 @@ def psro(
     ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto"),
     seed: int = typer.Option(0, "--seed"),
+    br_ties: str = typer.Option(
+        "uniform", "--br-ties", help="best response where actions tie: uniform (the paper's) or first"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -379,6 +382,8 @@ def psro(
     check_range("--iterations", iterations, 1, MAX_PSRO_ITERATIONS)
     check_seed("--seed", seed)
     _check_plot_path("--plot", plot)
+    if br_ties not in TIES:
+        _fail(f"--br-ties: unknown rule {br_ties!r}; known: {', '.join(TIES)}")
     known = meta_solver_names()
     for flag, name in (("--train", train), ("--eval", eval_solver)):
         if name is not None and name not in known:
@@ -400,7 +405,13 @@ def psro(
                 prog.update(task, completed=k, expl=f"exploitability {exploitability:.4g}")
 
             res = run_psro(
-                tree, iterations, train_solver=train, eval_solver=eval_solver, seed=seed, on_iteration=advance
+                tree,
+                iterations,
+                train_solver=train,
+                eval_solver=eval_solver,
+                seed=seed,
+                on_iteration=advance,
+                br_ties=br_ties,
             )
     except ValueError as exc:
         _fail(str(exc))

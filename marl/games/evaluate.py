@@ -122,32 +122,57 @@ def _br_index(tree: GameTree, player: int) -> _BRIndex:
     return idx
 
 
+TIES = ("first", "uniform")
+# Counterfactual action values within this much (relative to the largest magnitude, at least 1) of
+# the best are tied: the same value summed in another order differs in the last bits.
+TIE_TOLERANCE = 1e-10
+
+
 def best_response(
-    tree: GameTree, policy: torch.Tensor, player: int, force_multipass: bool = False
+    tree: GameTree, policy: torch.Tensor, player: int, force_multipass: bool = False, ties: str = "first"
 ) -> BestResponse:
-    """Exact best response of ``player`` to the other players' parts of ``policy``."""
+    """Exact best response of ``player`` to the other players' parts of ``policy``.
+
+    ``ties`` decides the policy where several actions are best (within
+    :data:`TIE_TOLERANCE`), which includes every information set the others
+    never let the player reach: ``"first"`` takes the first of them (OpenSpiel's
+    ``BestResponsePolicy``), ``"uniform"`` mixes them uniformly (the PSRO
+    convention of arXiv 2602.16928). The value is the best response value either way.
+    """
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {', '.join(TIES)}, got {ties!r}")
     policy = tree.check_policy(policy)
     table = tree.prob_table(policy)
     pe = edge_probabilities(tree, table)
     cf = reach_split(tree, table, player)[:, 1]
-    return _best_response(tree, policy, pe, cf, player, force_multipass)
+    return _best_response(tree, policy, pe, cf, player, force_multipass, ties == "uniform")
 
 
-def _best_response(tree, policy, pe, cf, player, force_multipass=False) -> BestResponse:
+def _best_response(tree, policy, pe, cf, player, force_multipass=False, uniform=False) -> BestResponse:
     if tree.depth_uniform and not force_multipass:
-        return _best_response_sweep(tree, pe, cf, player)
-    return _best_response_multipass(tree, policy, pe, cf, player)
+        return _best_response_sweep(tree, pe, cf, player, uniform)
+    return _best_response_multipass(tree, policy, pe, cf, player, uniform)
 
 
-def _argmax_onehot(tree: GameTree, q: torch.Tensor, isets: torch.Tensor) -> torch.Tensor:
-    """``q`` is ``[n, A, B]``; the one-hot argmax over legal actions."""
+def _argmax_onehot(
+    tree: GameTree, q: torch.Tensor, isets: torch.Tensor, uniform: bool = False
+) -> torch.Tensor:
+    """``q`` is ``[n, A, B]``; the one-hot argmax over legal actions (or uniform over the tied best)."""
     legal = tree.legal_mask[isets].unsqueeze(-1)
     q = q.masked_fill(~legal, float("-inf"))
+    if uniform:
+        top = q.amax(1, keepdim=True)
+        scale = q.masked_fill(~legal, 0.0).abs().amax(1, keepdim=True).clamp(min=1.0)
+        tied = (q >= top - TIE_TOLERANCE * scale) & legal
+        weights = tied.to(q.dtype)
+        return weights / weights.sum(1, keepdim=True)
     best = q.argmax(1, keepdim=True)
     return torch.zeros_like(q).scatter_(1, best, 1.0)
 
 
-def _best_response_sweep(tree: GameTree, pe: torch.Tensor, cf: torch.Tensor, player: int) -> BestResponse:
+def _best_response_sweep(
+    tree: GameTree, pe: torch.Tensor, cf: torch.Tensor, player: int, uniform: bool = False
+) -> BestResponse:
     idx = _br_index(tree, player)
     sl = idx.slice
     A = tree.max_actions
@@ -166,14 +191,19 @@ def _best_response_sweep(tree: GameTree, pe: torch.Tensor, cf: torch.Tensor, pla
             flat = tree.edge_flat[edges] - base
             q.index_add_(0, flat, cf.index_select(0, par) * v.index_select(0, edges))
             isets = idx.level_infosets[d - 1]
-            brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start)
+            brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start, uniform)
             w[edges] = brpol.view(-1, B).index_select(0, flat)
         v.index_add_(0, tree.level_parent[d], v[lo:hi] * w[lo:hi])
     return BestResponse(value=v[0].clone(), policy=brpol.permute(2, 0, 1).contiguous())
 
 
 def _best_response_multipass(
-    tree: GameTree, policy: torch.Tensor, pe: torch.Tensor, cf: torch.Tensor, player: int
+    tree: GameTree,
+    policy: torch.Tensor,
+    pe: torch.Tensor,
+    cf: torch.Tensor,
+    player: int,
+    uniform: bool = False,
 ) -> BestResponse:
     """Best response for trees whose information sets span several depths:
     fix the responder's choices bottom-up by own-decision depth, one full
@@ -197,7 +227,7 @@ def _best_response_multipass(
         q = torch.zeros((sl.stop - sl.start) * A, B, dtype=pe.dtype, device=pe.device)
         q.index_add_(0, flat, cf.index_select(0, par) * v.index_select(0, edges))
         isets = torch.nonzero(own == k).flatten()
-        brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start)
+        brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start, uniform)
     raise AssertionError("unreachable")
 
 

@@ -41,9 +41,9 @@ Meta-solvers (``uniform``, ``nash``, ``prd``, ``rm``, ``shor-train``,
 ``shor-eval``) live in :mod:`societas.marl.games.metasolvers`; SHOR-PSRO is from Li,
 Schultz, Hennes & Lanctot, arXiv 2602.16928, which uses this protocol (exact
 best responses, exact payoffs, separate training and evaluation solvers).
-Differences from that paper's harness: the oracle returns a pure best response
-(argmax, first action on ties) rather than randomising uniformly among tied
-actions.
+The oracle's best response mixes uniformly over tied best actions, as the
+paper's harness does (``br_ties="first"`` takes the first of them instead,
+OpenSpiel's ``BestResponsePolicy`` rule).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .evaluate import best_response, evaluate
+from .evaluate import TIES, best_response, evaluate
 from .metasolvers import MetaSolver, get_meta_solver
 from .tree import CHANCE, DECISION, GameTree, load_game
 
@@ -425,8 +425,13 @@ def run_psro(
     eval_kwargs: dict | None = None,
     verbose: bool = False,
     on_iteration: Callable[[int, float], None] | None = None,
+    br_ties: str = "uniform",
 ) -> PSROResult:
     """Run ``iterations`` PSRO iterations on ``game``.
+
+    ``br_ties`` is the best-response oracle's rule where several actions are
+    best (:func:`~societas.marl.games.evaluate.best_response`): ``"uniform"``
+    (the paper's) or ``"first"``.
 
     ``on_iteration(k, exploitability)`` is called after iteration ``k`` (for
     progress displays).
@@ -437,6 +442,8 @@ def run_psro(
     name (:func:`~societas.marl.games.metasolvers.meta_solver_names`) or an object with
     ``get_meta_strategy``. Everything is deterministic (``seed`` seeds torch
     and numpy for custom solvers that draw random numbers)."""
+    if br_ties not in TIES:
+        raise ValueError(f"br_ties must be one of {', '.join(TIES)}, got {br_ties!r}")
     torch.manual_seed(seed)
     np.random.seed(seed)
     t_start = time.perf_counter()
@@ -506,7 +513,7 @@ def run_psro(
         train_metas.append(tms)
         t = time.perf_counter()
         mix = mixture_behaviour_policy(tree, mg.populations, tms)
-        brs = [best_response(tree, mix, p).policy[0] for p in range(N)]
+        brs = [best_response(tree, mix, p, ties=br_ties).policy[0] for p in range(N)]
         timings["best_response"] += time.perf_counter() - t
         t = time.perf_counter()
         mg.add(brs)

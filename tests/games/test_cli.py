@@ -270,3 +270,5 @@ def test_psro_command_json_and_errors(tmp_path):
     assert (tmp_path / "psro.png").stat().st_size > 0
     bad = _run("psro", "--game", "kuhn_poker", "--train", "bogus")
     assert bad.returncode == 2 and "bogus" in bad.stderr and "Traceback" not in bad.stderr
+    bad = _run("psro", "--game", "kuhn_poker", "--br-ties", "random")
+    assert bad.returncode == 2 and "--br-ties: unknown rule 'random'" in bad.stderr
