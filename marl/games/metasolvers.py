@@ -40,6 +40,10 @@ Built-in solvers (:data:`META_SOLVERS`, :func:`get_meta_solver`):
   initial regrets ``1e-6``, ``gamma``-uniform exploration and trajectory
   averaging, as OpenSpiel's ``open_spiel.python.algorithms.regret_matching``
   (``iterations=1e5, gamma=1e-6``).
+* ``alpharank`` — each population's marginal of α-Rank's stationary
+  distribution (infinite α with OpenSpiel's ε sweep,
+  :mod:`societas.marl.games.alpharank`), OpenSpiel's ``psro_v2`` rule for a
+  non-symmetric meta-game; at most 4096 joint profiles.
 * ``shor-train`` / ``shor-eval`` — SHOR-PSRO's training and evaluation
   meta-strategy solvers (arXiv 2602.16928, Listing 6): a *hybrid* of
   optimistic regret matching+ and a softmax over pure-strategy payoffs. Per
@@ -89,8 +93,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linprog
 
+from .alpharank import alpharank_marginals
+
 __all__ = [
     "META_SOLVERS",
+    "AlphaRankSolver",
     "MetaSolver",
     "NashSolver",
     "PRDSolver",
@@ -966,9 +973,21 @@ class SHOREvalSolver(MetaSolver):
         )
 
 
+class AlphaRankSolver(MetaSolver):
+    """α-Rank's marginals (infinite α, ε sweep; :mod:`societas.marl.games.alpharank`), as
+    OpenSpiel's ``psro_v2`` ``alpharank`` meta-strategy for a non-symmetric meta-game."""
+
+    name = "alpharank"
+
+    def get_meta_strategy(self, meta_games, **context):
+        games = _as_games(meta_games)
+        return _cached(("alpharank",), games, lambda: [_normalise(m) for m in alpharank_marginals(games)])
+
+
 # ----------------------------------------------------------------- registry --
 
 META_SOLVERS: dict[str, Callable[..., MetaSolver]] = {
+    "alpharank": AlphaRankSolver,
     "uniform": UniformSolver,
     "nash": NashSolver,
     "prd": PRDSolver,
