@@ -56,7 +56,7 @@ import yaml
 
 from societas.agents.documents import DocumentError, read_text
 
-from .program import find_evolve_blocks
+from .program import find_evolve_blocks, parse_python
 
 __all__ = [
     "BLOCKS_FILE",
@@ -148,7 +148,7 @@ class BlockLibrary:
                 raise BlockError(f"{where}: 'doc' must be one line")
             code = textwrap.dedent(entry["code"]).strip("\n") + "\n"
             try:
-                ast.parse(code)
+                parse_python(code)
             except SyntaxError as exc:
                 raise BlockError(f"{where}: its code does not parse: {exc.msg} (line {exc.lineno})") from None
             for line in code.splitlines():
@@ -190,7 +190,7 @@ def _line_starts(code: str) -> list[int]:
 
 def _hooks(code: str) -> dict[str, tuple[int, int, int]]:
     """Qualified function name -> (first line, last line, body's first line), 1-based, inside evolve blocks."""
-    tree = ast.parse(code)
+    tree = parse_python(code)
     blocks = [(b.first_line, b.last_line) for b in find_evolve_blocks(code)]
     found: dict[str, tuple[int, int, int]] = {}
 

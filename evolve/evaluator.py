@@ -57,7 +57,7 @@ from societas.agents.documents import DocumentError, read_text
 from societas.agents.sandbox import Sandbox, SandboxError, SandboxResult
 
 from .config import EvaluatorConfig, SandboxBackend
-from .program import fitness_of
+from .program import fitness_of, parse_python
 
 logger = logging.getLogger(__name__)
 
@@ -869,7 +869,7 @@ class TaskEvaluator:
         if not path.is_file():
             raise TaskError(f"evaluator file {path} does not exist")
         try:
-            tree = ast.parse(read_text(path), filename=str(path))
+            tree = parse_python(read_text(path), filename=str(path))
         except DocumentError as exc:
             raise TaskError(str(exc)) from None
         except SyntaxError as exc:

@@ -39,7 +39,7 @@ from .config import EvolveConfig
 from .database import Population
 from .evaluator import EvalOutcome, TaskError, TaskEvaluator, map_grouped
 from .executors import ProcessExecutor
-from .program import Program, fitness_of
+from .program import Program, fitness_of, parse_python
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class HeldOutEntry:
 
 
 def _top_level_functions(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse_python(path.read_text(encoding="utf-8"), filename=str(path))
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     return defined | imported

@@ -76,6 +76,7 @@ from .program import (
     Program,
     find_evolve_blocks,
     frozen_parts_equal,
+    parse_python,
     replace_evolve_blocks,
 )
 
@@ -237,7 +238,7 @@ def validate_child(parent: str, child: str, max_code_length: int) -> None:
             f"the child has {len(child)} characters, more than max_code_length={max_code_length}"
         )
     try:
-        ast.parse(child)
+        parse_python(child)
     except SyntaxError as exc:
         raise MutationError(f"the child does not parse: {exc.msg} (line {exc.lineno})") from None
     except (MemoryError, RecursionError):
@@ -364,7 +365,7 @@ class _Source:
             self.starts.append(self.starts[-1] + len(line))
         self.blocks = [(b.first_line, b.last_line) for b in find_evolve_blocks(code)]
         try:
-            self.tree = ast.parse(code)
+            self.tree = parse_python(code)
         except SyntaxError as exc:
             raise MutationError(f"the parent does not parse: {exc.msg} (line {exc.lineno})") from None
         except (MemoryError, RecursionError):
@@ -776,7 +777,7 @@ def apply_line_answer(code: str, site: LineSite, answer: str) -> str:
     if expression is None:
         for ln in lines:
             try:
-                ast.parse(ln, mode="eval")
+                parse_python(ln, mode="eval")
             except SyntaxError:
                 continue
             expression = ln
@@ -785,7 +786,7 @@ def apply_line_answer(code: str, site: LineSite, answer: str) -> str:
         raise MutationError(f"the answer holds no line `{site.target} = ...` and no Python expression")
     expression = expression.split("  #")[0].rstrip(";").strip()
     try:
-        tree = ast.parse(expression, mode="eval")
+        tree = parse_python(expression, mode="eval")
     except SyntaxError as exc:
         raise MutationError(f"the new right-hand side does not parse: {exc.msg}") from None
     for node in ast.walk(tree):
@@ -806,7 +807,7 @@ def apply_line_answer(code: str, site: LineSite, answer: str) -> str:
         if isinstance(node, ast.Constant) and node.value is Ellipsis:
             raise MutationError("the new line holds a placeholder (...)")
     old = code[site.value_start : site.value_end]
-    if ast.dump(ast.parse(old, mode="eval")) == ast.dump(tree):
+    if ast.dump(parse_python(old, mode="eval")) == ast.dump(tree):
         raise MutationError("the new line computes the same expression as the old one")
     return code[: site.value_start] + expression + code[site.value_end :]
 

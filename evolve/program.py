@@ -18,10 +18,12 @@ else the mean of the numeric metrics (:func:`fitness_of`).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import math
 import re
+import threading
 import time
 from typing import Any, Literal
 
@@ -36,6 +38,7 @@ __all__ = [
     "find_evolve_blocks",
     "fitness_of",
     "frozen_parts_equal",
+    "parse_python",
     "program_id",
     "replace_evolve_blocks",
 ]
@@ -46,6 +49,18 @@ BLOCK_END = "EVOLVE-BLOCK-END"
 _MARKER = re.compile(r"^[ \t]*#[ \t]*(EVOLVE-BLOCK-START|EVOLVE-BLOCK-END)\b.*$", re.MULTILINE)
 
 ProgramStatus = Literal["ok", "failed", "mutation_failed"]
+
+# CPython 3.11 (before 3.11.8) keeps ast.parse's recursion counter in interpreter-wide state: two
+# threads that parse at once, with a garbage collection running Python finalizers in between, fail
+# with "SystemError: AST constructor recursion depth mismatch". The search parses in its side thread
+# (LLM children) while the main thread mutates, so every parse of the evolve package holds this lock.
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -> Any:
+    """``ast.parse`` under the package's parse lock (see ``_AST_LOCK``); same arguments and errors."""
+    with _AST_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
 
 
 class EvolveBlockError(ValueError):

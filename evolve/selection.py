@@ -28,7 +28,7 @@ from .config import EvolveConfig
 from .database import Population, ProgramStore
 from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, map_grouped
 from .executors import Executor
-from .program import Program, fitness_of
+from .program import Program, fitness_of, parse_python
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _META = "validation"
 def defines_stage(evaluator_path: str | Path, name: str) -> bool:
     """True when the evaluator file defines (or imports) a top-level function ``name``."""
     path = Path(evaluator_path)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parse_python(path.read_text(encoding="utf-8"), filename=str(path))
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     return name in defined | imported

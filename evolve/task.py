@@ -17,7 +17,6 @@ seeded with uniform). Both also define ``evaluate_held_out`` and
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from societas.agents.documents import DocumentError, read_text
 
 from .blocks import BLOCKS_FILE
 from .evaluator import TaskError
-from .program import EvolveBlockError, find_evolve_blocks, frozen_parts_equal
+from .program import EvolveBlockError, find_evolve_blocks, frozen_parts_equal, parse_python
 
 __all__ = ["BUILTIN_TASKS_DIR", "SEEDS_DIR", "Task", "load_seed_programs", "load_task"]
 
@@ -74,7 +73,7 @@ def load_task(spec: str | Path) -> Task:
     if not blocks:
         raise TaskError(f"{program_path} has no EVOLVE-BLOCK-START / EVOLVE-BLOCK-END region to evolve")
     try:
-        ast.parse(code, filename=str(program_path))
+        parse_python(code, filename=str(program_path))
     except SyntaxError as exc:
         raise TaskError(f"{program_path} does not parse: {exc.msg} (line {exc.lineno})") from None
     except (MemoryError, RecursionError):
@@ -116,7 +115,7 @@ def load_seed_programs(task: Task, names: list[str]) -> list[tuple[str, str]]:
         path = directory / f"{name}.py"
         try:
             code = read_text(path)
-            ast.parse(code, filename=str(path))
+            parse_python(code, filename=str(path))
         except DocumentError as exc:
             raise TaskError(str(exc)) from None
         except SyntaxError as exc:
