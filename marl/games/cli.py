@@ -466,6 +466,25 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.3e}"
 
 
+# Exploitabilities below this are solved to machine precision: they tie for best with each other.
+MACHINE_PRECISION_TIE = 1e-12
+
+
+def best_in_row(values: dict[str, float | None]) -> set[str]:
+    """The algorithms best on one game: the smallest exploitability (to 1e-12 relative), and every
+    result below :data:`MACHINE_PRECISION_TIE` when the best is below it (ties at machine precision)."""
+    finite = [v for v in values.values() if v is not None]
+    if not finite:
+        return set()
+    best = min(finite)
+    return {
+        a
+        for a, v in values.items()
+        if v is not None
+        and (v <= best * (1 + 1e-12) + 1e-300 or (best < MACHINE_PRECISION_TIE and v < MACHINE_PRECISION_TIE))
+    }
+
+
 def write_table_md(path: Path, iterations: int, device: str, rows: list[dict], algos: list[str]) -> None:
     """``table.md``: exploitability after ``iterations``, game x algorithm, best per game in bold."""
     lines = [
@@ -473,7 +492,8 @@ def write_table_md(path: Path, iterations: int, device: str, rows: list[dict], a
         "",
         (
             "Exploitability = NashConv / N of the average policy, computed exactly "
-            f"(device {device}). Best per game in bold."
+            f"(device {device}). Best per game in bold; results below {MACHINE_PRECISION_TIE:g} "
+            "are solved to machine precision and tie."
         ),
         "",
         "| set | game | " + " | ".join(algos) + " |",
@@ -481,13 +501,11 @@ def write_table_md(path: Path, iterations: int, device: str, rows: list[dict], a
     ]
     for row in rows:
         vals = {a: row["results"].get(a, {}).get("exploitability") for a in algos}
-        finite = [v for v in vals.values() if v is not None]
-        best = min(finite) if finite else None
+        best = best_in_row(vals)
         cells = []
         for a in algos:
-            v = vals[a]
-            s = _fmt(v)
-            if v is not None and best is not None and v <= best * (1 + 1e-12) + 1e-300:
+            s = _fmt(vals[a])
+            if a in best:
                 s = f"**{s}**"
             cells.append(s)
         lines.append(f"| {row['set']} | `{row['game']}` | " + " | ".join(cells) + " |")

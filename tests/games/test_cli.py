@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from societas.marl.games.cli import best_in_row
+
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -272,3 +274,16 @@ def test_psro_command_json_and_errors(tmp_path):
     assert bad.returncode == 2 and "bogus" in bad.stderr and "Traceback" not in bad.stderr
     bad = _run("psro", "--game", "kuhn_poker", "--br-ties", "random")
     assert bad.returncode == 2 and "--br-ties: unknown rule 'random'" in bad.stderr
+
+
+def test_best_per_game_counts_machine_precision_results_as_ties():
+    # both below 1e-12: a tie; 4.8e-12 is not at machine precision, so it is not
+    assert best_in_row({"hs-pcfr+": 7.856e-16, "vad-cfr": 1.129e-16, "dpcfr+": 4.756e-12}) == {
+        "hs-pcfr+",
+        "vad-cfr",
+    }
+    # the best above 1e-12 wins alone; a smaller one below 1e-12 would not tie with a larger one above
+    assert best_in_row({"dcfr": 6.478e-05, "vad-cfr": 8.196e-05}) == {"dcfr"}
+    assert best_in_row({"hs-pcfr+": 3.469e-17, "vad-cfr": 1.198e-12}) == {"hs-pcfr+"}
+    assert best_in_row({"a": None, "b": 2.0, "c": 2.0}) == {"b", "c"}
+    assert best_in_row({"a": None}) == set()
