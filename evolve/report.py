@@ -234,6 +234,7 @@ def write_report(
         programs = store.programs()
         backends = set(store.get_meta("sandbox_backends", None) or [])
         records = load_records(store)
+        budget = store.get_meta("stopped_by_time_budget", None)
     finally:
         store.close()
     population = Population(config.database)
@@ -252,7 +253,12 @@ def write_report(
         "",
         f"- task: `{info.get('task')}`",
         f"- seed: {info.get('seed')}",
-        f"- iterations: {max((p.iteration for p in programs), default=0)} of {config.max_iterations}",
+        f"- iterations: {max((p.iteration for p in programs), default=0)} of {config.max_iterations}"
+        + (
+            f" (the search stopped at its time budget of {budget['minutes']:g} minutes)"
+            if isinstance(budget, dict) and "minutes" in budget
+            else ""
+        ),
         f"- programs: {len(programs)} ({status['ok']} ok, {status['failed']} failed evaluations, "
         f"{status['mutation_failed']} failed mutations)",
         f"- seed fitness: {_fmt(seed.fitness if seed else None)}",

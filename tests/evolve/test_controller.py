@@ -15,6 +15,7 @@ from societas.evolve.database import ProgramStore
 from societas.evolve.evaluator import TaskError
 from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
 from societas.evolve.mutation import LLMEnsemble
+from societas.evolve.report import write_report
 from societas.evolve.task import load_task
 
 from .scripted_llm import answer
@@ -112,6 +113,9 @@ def test_a_time_budget_ends_the_run_early_and_a_resume_finishes_it(tmp_path):
         assert store.get_meta("stopped_by_time_budget") == {"after_iteration": 0, "minutes": 1e-9}
     finally:
         store.close()
+    write_report(tmp_path / "budget")
+    summary = (tmp_path / "budget" / "summary.md").read_text()
+    assert "- iterations: 0 of 40 (the search stopped at its time budget of 1e-09 minutes)" in summary
     ctl = Controller.resume(tmp_path / "budget", max_iterations=8)
     try:
         assert ctl.config.time_budget_minutes == 1e-9
