@@ -185,9 +185,13 @@ _root = os.path.abspath(os.getcwd())
 stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
 thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
 count, tail_limit, result_limit = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 def _block(payload):
     sys.stdout.flush()
-    os.write(1, ("\n__EVOLVE_GROUP__" + _nonce + " " + json.dumps(payload) + "\n").encode())
+    _write_all(1, ("\n__EVOLVE_GROUP__" + _nonce + " " + json.dumps(payload) + "\n").encode())
 if os.getppid() != 1:
     _block({"refused": "the sandbox has no PID namespace of its own, so candidates could not be kept apart"})
     os._exit(0)
@@ -236,7 +240,7 @@ def _child(result_fd):
                 return float(value)
             except Exception:
                 return repr(value)
-        os.write(result_fd, (json.dumps(payload, default=default) + "\n").encode())
+        _write_all(result_fd, (json.dumps(payload, default=default) + "\n").encode())
     def timeout(signum, frame):
         raise TimeoutError("the stage ran past its time limit")
     signal.signal(signal.SIGALRM, timeout)
