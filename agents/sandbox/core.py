@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -174,14 +174,24 @@ class Sandbox(BaseModel):
         *,
         files: Mapping[str, str | bytes] | None = None,
         args: Sequence[str] = (),
-        stdin: str | bytes | None = None,
+        stdin: str | bytes | int | None = None,
         env: Mapping[str, str] | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> SandboxResult:
         """Run ``source`` as ``main.py`` with ``args`` and return what happened.
 
         ``files`` are written next to it (relative paths, sub-directories
-        allowed); ``stdin`` is fed to the program; ``env`` adds to (and
-        overrides) the sandbox's environment for this run only.
+        allowed); ``stdin`` is fed to the program: text or bytes, or the read
+        end of a pipe (an ``int`` file descriptor) that the caller keeps
+        writing to while the program runs, and closes to end its input;
+        ``env`` adds to (and overrides) the sandbox's environment for this run
+        only. ``on_stdout``, when given, receives the program's standard
+        output chunk by chunk as it arrives (from the thread that runs the
+        sandbox), for a caller that talks to a long-lived program; the
+        result's ``stdout`` is still filled as usual. Setting ``stop`` (from
+        another thread) kills the program and everything it started, as the
+        wall-clock limit does, but is not reported as a timeout.
         """
         if not isinstance(source, str):
             raise TypeError(f"source must be str, got {type(source).__name__}")
@@ -191,8 +201,16 @@ class Sandbox(BaseModel):
         for index, arg in enumerate(args):
             if not isinstance(arg, str):
                 raise TypeError(f"args[{index}] must be str, got {type(arg).__name__}")
-        if stdin is not None and not isinstance(stdin, (str, bytes)):
-            raise TypeError(f"stdin must be str, bytes or None, got {type(stdin).__name__}")
+        if stdin is not None and (isinstance(stdin, bool) or not isinstance(stdin, (str, bytes, int))):
+            raise TypeError(
+                f"stdin must be str, bytes, a file descriptor or None, got {type(stdin).__name__}"
+            )
+        if isinstance(stdin, int) and stdin < 0:
+            raise ValueError(f"stdin as a file descriptor must be >= 0, got {stdin}")
+        if on_stdout is not None and not callable(on_stdout):
+            raise TypeError(f"on_stdout must be callable, got {type(on_stdout).__name__}")
+        if stop is not None and not isinstance(stop, threading.Event):
+            raise TypeError(f"stop must be a threading.Event, got {type(stop).__name__}")
         run_env = dict(env or {})
         validate_env(run_env, "env")
 
@@ -207,7 +225,9 @@ class Sandbox(BaseModel):
                 # files are out of reach, and the program cannot signal its launcher.
                 uid = reserve_uid()
                 chown_tree(scratch, uid)
-            result = _execute(self, backend, bwrap, python, scratch, uid, args, stdin, run_env)
+            result = _execute(
+                self, backend, bwrap, python, scratch, uid, args, stdin, run_env, on_stdout, stop
+            )
         finally:
             if uid is not None:
                 kill_uid(uid)
@@ -215,6 +235,10 @@ class Sandbox(BaseModel):
             remove_tree(scratch)
         logger.debug("sandbox run (%s): %s in %.2f s", result.backend, result.describe(), result.wall_s)
         return result
+
+    def resolve_backend(self) -> str:
+        """The backend a run would use now (``bwrap`` or ``rlimit``); raises as :meth:`run` would."""
+        return self._choose_backend()[0]
 
     def _choose_backend(self) -> tuple[str, BwrapStatus]:
         backend = self.backend
@@ -457,8 +481,10 @@ def _execute(
     scratch: str,
     uid: int | None,
     args: list[str],
-    stdin: str | bytes | None,
+    stdin: str | bytes | int | None,
     run_env: dict[str, str],
+    on_stdout: Callable[[bytes], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> SandboxResult:
     """Start the launcher (under bubblewrap or bare), supervise it and build the result."""
     inside = backend == "bwrap"
@@ -502,7 +528,9 @@ def _execute(
             if inside:
                 command = [*bwrap_command(config, bwrap, python, scratch, LAUNCHER_PATH), "--", *command]
             stdin_source: Any = subprocess.DEVNULL
-            if stdin is not None:
+            if isinstance(stdin, int):
+                stdin_source = stdin  # the caller's pipe: it writes while the program runs
+            elif stdin is not None:
                 stdin_source = cleanup.enter_context(tempfile.TemporaryFile())
                 stdin_source.write(stdin.encode() if isinstance(stdin, str) else stdin)
                 stdin_source.seek(0)
@@ -523,7 +551,15 @@ def _execute(
             # Only the launcher may hold the write end, so its exit ends the status stream.
             os.close(status_write)
         cleanup.callback(_reap_after_error, proc, not inside)
-        outcome = _supervise(proc, status_read, config, kill_descendants=not inside, started=started)
+        outcome = _supervise(
+            proc,
+            status_read,
+            config,
+            kill_descendants=not inside,
+            started=started,
+            on_stdout=on_stdout,
+            stop=stop,
+        )
     for event in outcome.events:
         if isinstance(event, dict) and event.get("event") == "note":
             _warn_once(f"sandbox: {event.get('text')}")
@@ -570,14 +606,29 @@ def _reap_after_error(proc: subprocess.Popen, kill_descendants: bool) -> None:
 
 
 def _supervise(
-    proc: subprocess.Popen, status_fd: int, config: Sandbox, *, kill_descendants: bool, started: float
+    proc: subprocess.Popen,
+    status_fd: int,
+    config: Sandbox,
+    *,
+    kill_descendants: bool,
+    started: float,
+    on_stdout: Callable[[bytes], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> Outcome:
     """Pump output and status until the process ends; kill its tree on timeout."""
     assert proc.stdout is not None and proc.stderr is not None  # started with PIPE for both
     stdout = CappedBuffer(config.max_output_bytes)
     stderr = CappedBuffer(config.max_output_bytes)
     status = bytearray()
-    sinks = {proc.stdout.fileno(): stdout.feed, proc.stderr.fileno(): stderr.feed, status_fd: status.extend}
+    feed_stdout = stdout.feed
+    if on_stdout is not None:
+        callback = on_stdout
+
+        def feed_stdout(data: bytes) -> None:
+            stdout.feed(data)
+            callback(data)
+
+    sinks = {proc.stdout.fileno(): feed_stdout, proc.stderr.fileno(): stderr.feed, status_fd: status.extend}
     selector = selectors.DefaultSelector()
     for fd in sinks:
         os.set_blocking(fd, False)
@@ -595,6 +646,9 @@ def _supervise(
                     kill_tree(proc.pid, kill_descendants=kill_descendants)
                 elif now >= deadline:
                     timed_out = True
+                    ended_at = now
+                    kill_tree(proc.pid, kill_descendants=kill_descendants)
+                elif stop is not None and stop.is_set():
                     ended_at = now
                     kill_tree(proc.pid, kill_descendants=kill_descendants)
             if ended_at is None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -439,6 +441,56 @@ def test_stdin_is_fed_to_the_program():
     assert result.stdout == "ABC\n"
     empty = run_python("import sys; print(repr(sys.stdin.read()))", backend="rlimit")
     assert empty.stdout == "''\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pipe_as_stdin_makes_a_conversation_with_a_running_program(backend):
+    # An echo server: each line it reads comes back upper-cased, at once, through on_stdout.
+    source = (
+        "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line.upper())\n    sys.stdout.flush()\n"
+    )
+    replies: queue.Queue[bytes] = queue.Queue()
+    read_end, write_end = os.pipe()
+    sandbox = Sandbox(timeout_s=30, backend=backend)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sandbox.run, source, stdin=read_end, on_stdout=replies.put)
+        answers = []
+        for word in ("first", "second"):
+            os.write(write_end, word.encode() + b"\n")
+            answers.append(replies.get(timeout=20))  # the answer comes while the program runs
+        assert not running.done()
+        os.close(write_end)  # end of input: the program ends
+        result = running.result(timeout=20)
+    os.close(read_end)
+    assert answers == [b"FIRST\n", b"SECOND\n"]
+    assert result.ok and result.stdout == "FIRST\nSECOND\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stop_kills_a_running_program_and_is_not_a_timeout(backend):
+    stop = threading.Event()
+    sandbox = Sandbox(timeout_s=60, backend=backend)
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        running = pool.submit(sandbox.run, "import time\nprint('up', flush=True)\ntime.sleep(60)", stop=stop)
+        time.sleep(1.5)
+        stop.set()
+        result = running.result(timeout=30)
+    assert time.monotonic() - started < 20
+    assert not result.ok and result.killed_by != "timeout"
+    assert result.stdout == "up\n"
+
+
+def test_bad_stdin_and_callbacks_are_refused_by_name():
+    sandbox = Sandbox(timeout_s=5, backend="rlimit")
+    with pytest.raises(TypeError, match="stdin must be"):
+        sandbox.run("pass", stdin=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="file descriptor must be >= 0"):
+        sandbox.run("pass", stdin=-1)
+    with pytest.raises(TypeError, match="on_stdout must be callable"):
+        sandbox.run("pass", on_stdout="print")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="stop must be a threading.Event"):
+        sandbox.run("pass", stop=True)  # type: ignore[arg-type]
 
 
 # --- importing project code ---------------------------------------------------------------
