@@ -15,13 +15,15 @@ configurations return the same metrics.
    Then the same candidates with ``--group-size`` of them per sandbox
    (``evaluator.group_size``: the interpreter, torch and the game trees load
    once per group, each candidate still runs in a process of its own) on the
-   process pool with 2 workers, against the same pool with a sandbox per
-   candidate.
+   process pool with 2 workers, and on the warm pool (``WarmPool``: 2
+   sandboxes that stay up for up to ``--warm-capacity`` candidates each, every
+   worker taking the next candidate as soon as it is free), against the same
+   pool with a sandbox per candidate.
 2. Search throughput: a whole ``Controller`` run (mutation, sandboxed cascade,
    SQLite commits, MAP-Elites updates) of as many iterations, LLM-free, with 1
-   and 2 workers (``batch_size = 2 x workers``), and with 2 workers, groups of
-   ``--group-size`` and ``batch_size = 2 x group size``; the batch barrier makes
-   this a little lower than the executor figure.
+   and 2 workers (``batch_size = 2 x workers``), and with 2 workers on the warm
+   pool (``group_size = --warm-capacity``, ``batch_size = 8``, as ``make demo``);
+   the batch barrier makes this a little lower than the executor figure.
 
 The task is the built-in ``cfr`` task at a small number of CFR iterations
 (``--cfr-iterations``, default 100; the paper's 1000 makes each candidate ~4 s
@@ -51,8 +53,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from societas.evolve.config import EvolveConfig, load_config, parse_config
 from societas.evolve.controller import Controller
-from societas.evolve.evaluator import EvalJob, TaskEvaluator, map_grouped, run_evaluation
-from societas.evolve.executors import ExecutorError, make_executor
+from societas.evolve.evaluator import (
+    EvalJob,
+    EvalOutcome,
+    TaskEvaluator,
+    WarmPool,
+    map_grouped,
+    run_evaluation,
+)
+from societas.evolve.executors import Executor, ExecutorError, make_executor
 from societas.evolve.mutation import MutationError, perturb_constants
 from societas.evolve.task import Task, load_task
 
@@ -89,7 +98,9 @@ def candidates(task: Task, config: EvolveConfig, count: int) -> list[str]:
 
 
 def executor_run(kind: str, workers: int, jobs: list[EvalJob], group: int = 1) -> dict:
-    executor = make_executor(kind, workers)
+    executor: Executor | WarmPool = (
+        WarmPool(workers, group) if kind == "warm" else make_executor(kind, workers)
+    )
     try:
         run_evaluation(jobs[0])  # warm the page cache and the executor
         started = time.perf_counter()
@@ -97,10 +108,12 @@ def executor_run(kind: str, workers: int, jobs: list[EvalJob], group: int = 1) -
         seconds = time.perf_counter() - started
     finally:
         executor.close()
+    outcomes: dict[int, EvalOutcome] = {}
     for index, outcome in results.items():
         if isinstance(outcome, BaseException):
             raise SystemExit(f"{kind} executor, job {index}: {outcome!r}")
-    ok = sum(o.status == "ok" for o in results.values())
+        outcomes[index] = outcome
+    ok = sum(o.status == "ok" for o in outcomes.values())
     return {
         "executor": kind,
         "workers": workers,
@@ -109,14 +122,16 @@ def executor_run(kind: str, workers: int, jobs: list[EvalJob], group: int = 1) -
         "ok": ok,
         "seconds": seconds,
         "per_minute": 60.0 * len(jobs) / seconds,
-        "metrics": [results[i].metrics for i in range(len(jobs))],
+        "metrics": [outcomes[i].metrics for i in range(len(jobs))],
     }
 
 
-def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: int, group: int = 1) -> dict:
+def controller_run(
+    task: Task, config: EvolveConfig, workers: int, iterations: int, group: int = 1, batch: int | None = None
+) -> dict:
     cfg = config.model_copy(deep=True)
     cfg.max_iterations = iterations
-    cfg.batch_size = 2 * workers * group
+    cfg.batch_size = batch or 2 * workers * group
     cfg.evaluator.group_size = group
     cfg.evaluator.parallel_evaluations = workers
     cfg.mutation.weights = {"constant": 0.8, "crossover": 0.2}
@@ -139,6 +154,7 @@ def controller_run(task: Task, config: EvolveConfig, workers: int, iterations: i
     return {
         "workers": workers,
         "group": group,
+        "batch": cfg.batch_size,
         "iterations": iterations,
         "evaluated": evaluated,
         "seconds": seconds,
@@ -154,6 +170,9 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=None, help="candidates per configuration (default 16)")
     ap.add_argument("--cfr-iterations", type=int, default=None, help="CFR iterations per game (default 100)")
     ap.add_argument("--group-size", type=int, default=4, help="candidates per sandbox in the grouped rows")
+    ap.add_argument(
+        "--warm-capacity", type=int, default=64, help="candidates per sandbox of the warm pool (it stays up)"
+    )
     args = ap.parse_args()
     q = args.quick
     count = args.candidates or (4 if q else 16)
@@ -183,6 +202,8 @@ def main() -> None:
     group = max(1, args.group_size)
     if group > 1:
         rows.append(executor_run("process", 2, jobs, group))
+    warm = max(1, args.warm_capacity)
+    rows.append(executor_run("warm", 2, jobs, warm))
     reference = rows[0]["metrics"]
     print(
         "| executor | workers | per sandbox | candidates | ok | seconds | candidates/min | vs 1 worker "
@@ -191,7 +212,12 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     speedups: dict[str, float] = {}
     for row in rows:
-        base = next(r for r in rows if r["executor"] == row["executor"] and r["workers"] == 1)
+        base = next(
+            r
+            for r in rows
+            if r["executor"] == ("process" if row["executor"] == "warm" else row["executor"])
+            and r["workers"] == 1
+        )
         ratio = row["per_minute"] / base["per_minute"]
         if row["workers"] == 2 and row["group"] == 1:
             speedups[row["executor"]] = ratio
@@ -207,8 +233,8 @@ def main() -> None:
     if not q:
         for workers in (1, 2):
             search.append(controller_run(task, config, workers, count))
-        if group > 1:
-            search.append(controller_run(task, config, 2, count, group))
+        # With group_size > 1 the search evaluates on the warm pool (sandboxes that stay up).
+        search.append(controller_run(task, config, 2, count, warm, batch=8))
         print(
             "\n| search (Controller, LLM-free) | workers | per sandbox | evaluated | seconds | candidates/min "
             "| vs 1 worker |"
@@ -216,7 +242,8 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|---:|---:|")
         for row in search:
             print(
-                f"| batch {2 * row['workers'] * row['group']} | {row['workers']} | {row['group']} | "
+                f"| batch {row['batch']}{' (warm pool)' if row['group'] > 1 and row is search[-1] else ''} "
+                f"| {row['workers']} | {row['group']} | "
                 f"{row['evaluated']} | {row['seconds']:.1f} | {row['per_minute']:.1f} | "
                 f"{row['per_minute'] / search[0]['per_minute']:.2f}x |"
             )
@@ -240,7 +267,7 @@ def main() -> None:
     for row in rows:
         suffix = f"_group{row['group']}" if row["group"] > 1 else ""
         head[f"{row['executor']}_{row['workers']}w{suffix}_per_min"] = round(row["per_minute"], 2)
-    grouped = [r for r in rows if r["group"] > 1]
+    grouped = [r for r in rows if r["group"] > 1 and r["executor"] == "process"]
     if grouped and speedups.get("process"):
         plain = next(r for r in rows if r["executor"] == "process" and r["workers"] == 2 and r["group"] == 1)
         head["group_size"] = group
@@ -251,11 +278,17 @@ def main() -> None:
         head[kind] = note
     for row in search:
         suffix = f"_group{row['group']}" if row["group"] > 1 else ""
+        if row is search[-1] and row["group"] > 1:
+            suffix = "_warm"
         head[f"search_{row['workers']}w{suffix}_per_min"] = round(row["per_minute"], 2)
     if len(search) >= 2:
         head["search_speedup_2w"] = round(search[1]["per_minute"] / search[0]["per_minute"], 3)
-    if len(search) == 3:
-        head["search_group_speedup_2w"] = round(search[2]["per_minute"] / search[1]["per_minute"], 3)
+    if len(search) >= 3:
+        head["search_warm_speedup_2w"] = round(search[-1]["per_minute"] / search[1]["per_minute"], 3)
+    warm_row = next(r for r in rows if r["executor"] == "warm")
+    plain_2w = next(r for r in rows if r["executor"] == "process" and r["workers"] == 2 and r["group"] == 1)
+    head["warm_capacity"] = warm
+    head["warm_speedup_2w"] = round(warm_row["per_minute"] / plain_2w["per_minute"], 3)
     head["same_metrics"] = all(r["metrics"] == reference for r in rows)
     head["meets_target"] = bool(got is not None and got >= target)
     print(json.dumps(head))

@@ -47,7 +47,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -59,7 +59,7 @@ from societas.agents.documents import DocumentError, load_json_file
 from .blocks import BlockLibrary
 from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
-from .evaluator import EvalOutcome, TaskEvaluator, map_grouped, run_evaluation
+from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, WarmPool, map_grouped, run_evaluation
 from .executors import Executor, ProcessExecutor
 from .mutation import LLM_KINDS, LLMEnsemble, MutationRequest, MutationResult, Mutator
 from .program import Program, fitness_of, program_id
@@ -244,7 +244,14 @@ class Controller:
             self.lock.release()
             raise
         self.executor = executor or ProcessExecutor(config.evaluator.parallel_evaluations)
-        self.validator = Validator(self.evaluator, config, self.store, self.executor)
+        # Local evaluations with group_size > 1 run on sandboxes that stay up for the whole run.
+        ev = config.evaluator
+        self.pool = (
+            WarmPool(ev.parallel_evaluations, ev.group_size)
+            if ev.group_size > 1 and self.executor.name == "process"
+            else None
+        )
+        self.validator = Validator(self.evaluator, config, self.store, self.pool or self.executor)
         # LLM children are generated here while the other children of a batch are evaluated.
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolve-llm")
         self.sandbox_backends: set[str] = set(self.store.get_meta("sandbox_backends", None) or [])
@@ -479,7 +486,8 @@ class Controller:
 
         LLM children are generated in a side thread while the other children
         are evaluated, then evaluated themselves: the same children and results
-        as one after the other, with the cores busy during generation.
+        as one after the other, with the cores busy during generation. On a
+        warm pool they join its queue the moment they are made.
         """
         validate = [p for p in (validate or []) if p.id not in self.validator.records]
         if not iterations:
@@ -491,6 +499,8 @@ class Controller:
         fast = [i for i, r in enumerate(requests) if r.kind not in LLM_KINDS]
         made: dict[int, MutationResult] = {}
         future = self._side.submit(self.mutator.make, [requests[i] for i in slow]) if slow else None
+        if self.pool is not None:
+            return self._stream_batch(requests, fast, slow, future, validate, at_iteration)
         try:
             made.update(zip(fast, self.mutator.make([requests[i] for i in fast])))
             programs = self._evaluate_children(
@@ -504,15 +514,56 @@ class Controller:
         )
         return programs
 
-    def _evaluate_children(
+    def _stream_batch(
         self,
         requests: list[MutationRequest],
-        results: list[MutationResult],
+        fast: list[int],
+        slow: list[int],
+        llm: Future | None,
         validate: list[Program],
         at_iteration: int,
     ) -> list[Program]:
+        """A batch on the warm pool: every job is queued as soon as it exists, results are committed as they come."""
+        assert self.pool is not None
+        pool = self.pool
         programs: list[Program] = []
-        jobs, pending = [], []
+        waiting: dict[Future, tuple[MutationRequest, MutationResult, dict[str, Any]] | Program] = {}
+
+        def queue_children(indices: list[int], results: list[MutationResult]) -> None:
+            failed, jobs = self._child_jobs([requests[i] for i in indices], results)
+            programs.extend(failed)
+            for job, item in jobs:
+                waiting[pool.submit(job)] = item
+
+        try:
+            queue_children(fast, self.mutator.make([requests[i] for i in fast]))
+            for program in validate:
+                waiting[pool.submit(self.validator.job(program))] = program
+            while waiting or llm is not None:
+                done, _ = wait([*waiting, *([llm] if llm is not None else [])], return_when=FIRST_COMPLETED)
+                for finished in done:
+                    if finished is llm:
+                        queue_children(slow, llm.result())
+                        llm = None
+                        continue
+                    item = waiting.pop(finished)
+                    error = finished.exception()
+                    outcome = error if error is not None else finished.result()
+                    if isinstance(item, Program):
+                        self.validator.record(item, outcome, at_iteration)
+                    else:
+                        programs.append(self._commit_child(item, outcome))
+        finally:
+            if llm is not None:
+                llm.result()
+        return programs
+
+    def _child_jobs(
+        self, requests: list[MutationRequest], results: list[MutationResult]
+    ) -> tuple[list[Program], list[tuple[EvalJob, tuple[MutationRequest, MutationResult, dict[str, Any]]]]]:
+        """The children whose mutation failed (committed here), and a job for each of the others."""
+        failed: list[Program] = []
+        jobs = []
         for request, result in zip(requests, results):
             info = {**result.info, "selection": request.strategy}
             if result.code is None:
@@ -532,37 +583,56 @@ class Controller:
                 )
                 self.store.add(program)
                 self._count(program)
-                programs.append(program)
+                failed.append(program)
                 continue
-            jobs.append(self.evaluator.job(result.code, self._thresholds()))
-            pending.append((request, result, info))
+            jobs.append((self.evaluator.job(result.code, self._thresholds()), (request, result, info)))
+        return failed, jobs
+
+    def _commit_child(
+        self,
+        item: tuple[MutationRequest, MutationResult, dict[str, Any]],
+        outcome: EvalOutcome | BaseException,
+    ) -> Program:
+        """Store one evaluated child (at once: a killed run keeps it)."""
+        request, result, info = item
+        if isinstance(outcome, BaseException):
+            outcome = EvalOutcome(
+                "failed", artifacts={"failure": f"executor error: {type(outcome).__name__}: {outcome}"}
+            )
+        self.note_sandbox(outcome.sandbox)
+        assert result.code is not None
+        program = self._program_from(
+            result.code,
+            request.iteration,
+            request.parent,
+            request.island,
+            request.parent.generation + 1,
+            info,
+            outcome,
+        )
+        if result.llm_response:
+            program.artifacts["llm_response"] = result.llm_response
+        self.store.add(program)
+        self._count(program)
+        return program
+
+    def _evaluate_children(
+        self,
+        requests: list[MutationRequest],
+        results: list[MutationResult],
+        validate: list[Program],
+        at_iteration: int,
+    ) -> list[Program]:
+        programs, pending = self._child_jobs(requests, results)
+        jobs = [job for job, _ in pending]
         children = len(jobs)
         jobs += [self.validator.job(p) for p in validate]
         size, workers = self.config.evaluator.group_size, self.config.evaluator.parallel_evaluations
-        for index, outcome in map_grouped(self.executor, jobs, size, workers):
+        for index, outcome in map_grouped(self.pool or self.executor, jobs, size, workers):
             if index >= children:
                 self.validator.record(validate[index - children], outcome, at_iteration)
                 continue
-            request, result, info = pending[index]
-            if isinstance(outcome, BaseException):
-                outcome = EvalOutcome(
-                    "failed", artifacts={"failure": f"executor error: {type(outcome).__name__}: {outcome}"}
-                )
-            self.note_sandbox(outcome.sandbox)
-            program = self._program_from(
-                result.code,
-                request.iteration,
-                request.parent,
-                request.island,
-                request.parent.generation + 1,
-                info,
-                outcome,
-            )
-            if result.llm_response:
-                program.artifacts["llm_response"] = result.llm_response
-            self.store.add(program)
-            self._count(program)
-            programs.append(program)
+            programs.append(self._commit_child(pending[index][1], outcome))
         return programs
 
     def _safe_evaluate(self, code: str) -> EvalOutcome:
@@ -692,6 +762,8 @@ class Controller:
         """Stop the executor, close the store and release the run directory's lock."""
         try:
             self._side.shutdown(wait=True)
+            if self.pool is not None:
+                self.pool.close()
             self.executor.close()
             self.store.close()
         finally:

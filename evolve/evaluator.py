@@ -45,10 +45,14 @@ import importlib.util
 import json
 import logging
 import math
+import os
+import queue
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +71,7 @@ __all__ = [
     "EvalOutcome",
     "TaskError",
     "TaskEvaluator",
+    "WarmPool",
     "probe_sandbox",
     "map_grouped",
     "plan_groups",
@@ -98,18 +103,9 @@ _MARK = "__EVOLVE_RESULT__"
 _MAX_ARTIFACT = 8000
 TASK_SETTINGS_FILE = "task_settings.json"
 
-_HARNESS = r"""
-import importlib.util, json, math, os, signal, sys, traceback
-_nonce = sys.stdin.readline().strip()
-def _emit(payload, _nonce=_nonce):
-    def default(value):
-        try:
-            return float(value)
-        except Exception:
-            return repr(value)
-    text = json.dumps(payload, default=default)
-    sys.stdout.flush()
-    os.write(1, ("\n__EVOLVE_RESULT__" + _nonce + " " + text + "\n").encode())
+# The stage loop, shared by both harnesses: each stage under its own interval timer,
+# its result emitted as one JSON object, the cascade thresholds applied in between.
+_STAGE_LOOP = r"""
 def _fitness(metrics):
     # societas.evolve.program.fitness_of: combined_score, else the mean of the finite numbers
     def number(v):
@@ -118,139 +114,19 @@ def _fitness(metrics):
         return float(metrics["combined_score"])
     values = [float(v) for v in metrics.values() if number(v)]
     return sum(values) / len(values) if values else None
-def _timeout(signum, frame):
-    raise TimeoutError("the stage ran past its time limit")
-stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
-thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
-sys.path.insert(0, os.path.dirname(evaluator_path))
-signal.signal(signal.SIGALRM, _timeout)
-merged = {}
-module = None
-for index, stage in enumerate(stages):
-    sys.stderr.write("\n__EVOLVE_STAGE__" + _nonce + " " + stage + "\n")
-    sys.stderr.flush()
-    signal.setitimer(signal.ITIMER_REAL, stage_timeout)
-    try:
-        if module is None:
-            spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["evaluator"] = module
-            spec.loader.exec_module(module)
-        result = getattr(module, stage)(os.path.abspath("program.py"))
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    except BaseException as exc:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        traceback.print_exc()
-        if isinstance(exc, TimeoutError) and str(exc) == "the stage ran past its time limit":
-            _emit({"stage": stage, "error": "timeout after %g s (the stage's time limit)" % stage_timeout})
-        else:
-            _emit({"stage": stage, "error": stage + " raised " + type(exc).__name__ + ": " + str(exc)[:500]})
-        sys.stderr.flush()
-        os._exit(1)
-    if hasattr(result, "metrics"):
-        payload = {"metrics": getattr(result, "metrics"), "artifacts": getattr(result, "artifacts", None) or {}}
-    else:
-        payload = {"metrics": result, "artifacts": {}}
-    if not isinstance(payload["metrics"], dict):
-        kind = type(payload["metrics"]).__name__
-        _emit({"stage": stage, "error": stage + " returned " + kind + ", expected a dict of metrics"})
-        os._exit(1)
-    payload["artifacts"] = {str(k): str(v) for k, v in dict(payload["artifacts"]).items()}
-    payload["stage"] = stage
-    _emit(payload)
-    merged.update(payload["metrics"])
-    if index < len(stages) - 1 and index < len(thresholds):
-        score = _fitness(merged)
-        if score is None or score < thresholds[index]:
-            break
-"""
-
-_GROUP_MARK = "__EVOLVE_GROUP__"
-_GROUP_RESULT_BYTES = 256_000  # what one candidate of a group may report (its metrics and artifacts)
-
-# Several candidates in one sandbox: the interpreter, the evaluator and what its
-# optional ``warm_up()`` loads (torch, game trees) are paid for once, and every
-# candidate then runs in a process of its own, forked from the warmed-up harness,
-# with its own output pipes and deadline. Between two candidates the harness kills
-# every other process of the sandbox's PID namespace (``kill(-1)``; its init is
-# exempt), so nothing a candidate started outlives it. A candidate cannot write a
-# sibling's result: each result is read from the candidate's own pipe, and the
-# host takes only the LAST group line on standard output, which the harness writes
-# after its last candidate has been killed. Without a PID namespace of its own the
-# harness refuses, and the host evaluates the candidates one by one.
-_GROUP_HARNESS = r"""
-import importlib.util, json, math, os, selectors, shutil, signal, sys, tempfile, time, traceback
-_nonce = sys.stdin.readline().strip()
-_root = os.path.abspath(os.getcwd())
-stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
-thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
-count, tail_limit, result_limit = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-def _block(payload):
-    sys.stdout.flush()
-    _write_all(1, ("\n__EVOLVE_GROUP__" + _nonce + " " + json.dumps(payload) + "\n").encode())
-if os.getppid() != 1:
-    _block({"refused": "the sandbox has no PID namespace of its own, so candidates could not be kept apart"})
-    os._exit(0)
-try:
-    # Not dumpable: a candidate (same uid) cannot open the harness's /proc/PID/fd (its stdin and
-    # stdout) or read its memory. The last-line rule below holds without it.
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-except Exception:
-    pass
-codes = []
-for i in range(count):
-    path = os.path.join(_root, "candidate_%d.py" % i)
-    with open(path, encoding="utf-8") as f:
-        codes.append(f.read())
-    os.unlink(path)
-settings = None
-if os.path.exists(os.path.join(_root, "task_settings.json")):
-    with open(os.path.join(_root, "task_settings.json"), encoding="utf-8") as f:
-        settings = f.read()
-sys.path.insert(0, _root)
-sys.path.insert(0, os.path.dirname(evaluator_path))
-try:
-    spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["evaluator"] = module
-    spec.loader.exec_module(module)
-    if callable(getattr(module, "warm_up", None)):
-        module.warm_up(list(stages))
-except BaseException as exc:
-    _block({"refused": "the evaluator did not load: " + type(exc).__name__ + ": " + str(exc)[:300]})
-    os._exit(0)
-
-def _fitness(metrics):
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if "combined_score" in metrics and number(metrics["combined_score"]):
-        return float(metrics["combined_score"])
-    values = [float(v) for v in metrics.values() if number(v)]
-    return sum(values) / len(values) if values else None
-
-def _child(result_fd):
-    def emit(payload):
-        def default(value):
-            try:
-                return float(value)
-            except Exception:
-                return repr(value)
-        _write_all(result_fd, (json.dumps(payload, default=default) + "\n").encode())
+def _run_stages(load, stages, thresholds, stage_timeout, emit, marker):
+    # load() gives the evaluator module; emit(payload) reports one stage. Exits with status 1
+    # after reporting a stage that raised, timed out or returned no dict of metrics.
     def timeout(signum, frame):
         raise TimeoutError("the stage ran past its time limit")
     signal.signal(signal.SIGALRM, timeout)
     merged = {}
     for index, stage in enumerate(stages):
-        sys.stderr.write("\n__EVOLVE_STAGE__" + _nonce + " " + stage + "\n")
+        sys.stderr.write("\n__EVOLVE_STAGE__" + marker + " " + stage + "\n")
         sys.stderr.flush()
         signal.setitimer(signal.ITIMER_REAL, stage_timeout)
         try:
-            result = getattr(module, stage)(os.path.abspath("program.py"))
+            result = getattr(load(), stage)(os.path.abspath("program.py"))
             signal.setitimer(signal.ITIMER_REAL, 0)
         except BaseException as exc:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -277,6 +153,126 @@ def _child(result_fd):
             score = _fitness(merged)
             if score is None or score < thresholds[index]:
                 break
+def _json_default(value):
+    try:
+        return float(value)
+    except Exception:
+        return repr(value)
+"""
+
+_HARNESS = (
+    r"""
+import importlib.util, json, math, os, signal, sys, traceback
+_nonce = sys.stdin.readline().strip()
+"""
+    + _STAGE_LOOP
+    + r"""
+def _emit(payload, _nonce=_nonce):
+    text = json.dumps(payload, default=_json_default)
+    sys.stdout.flush()
+    os.write(1, ("\n__EVOLVE_RESULT__" + _nonce + " " + text + "\n").encode())
+stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
+thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
+sys.path.insert(0, os.path.dirname(evaluator_path))
+_module = []
+def _load():
+    # Loaded inside the first stage: an evaluator that does not load fails that stage.
+    if not _module:
+        spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["evaluator"] = module
+        spec.loader.exec_module(module)
+        _module.append(module)
+    return _module[0]
+_run_stages(_load, stages, thresholds, stage_timeout, _emit, _nonce)
+"""
+)
+
+_GROUP_MARK = "__EVOLVE_GROUP__"
+_GROUP_RESULT_BYTES = 256_000  # what one candidate of a group may report (its metrics and artifacts)
+
+# Many candidates in one sandbox, one after another: the interpreter, the evaluator
+# and what its optional ``warm_up(stages)`` loads (torch, game trees) are paid for
+# once, and every candidate then runs in a process of its own, forked from the
+# warmed-up harness, with its own output pipes and deadline.
+#
+# Input (standard input) is a stream of frames, each 8 hex digits of length and that
+# many bytes: first the run's nonce, then per candidate a request (JSON: id, code,
+# stages, thresholds) and a token. The harness reads a candidate's token only after
+# the candidate and everything it started are dead, and labels the candidate's
+# record with it: a candidate (a fork of the harness) never holds the token of its
+# own record, and cannot read the harness's input (its descriptors are replaced,
+# and the harness is not dumpable, so /proc/PID/fd is closed to it). Between two
+# candidates the harness kills every other process of the sandbox's PID namespace
+# (``kill(-1)``; its init is exempt) and empties its working directory of what the
+# candidate left there. Without a PID namespace of its own the harness refuses.
+# The same harness serves a fixed group (all frames written at once,
+# :func:`run_group`) and a long-lived warm sandbox (:class:`WarmPool`).
+_STREAM_HARNESS = (
+    r"""
+import importlib.util, json, math, os, selectors, shutil, signal, sys, tempfile, time, traceback
+def _read_exact(n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(0, n - len(data))  # unbuffered: nothing beyond this frame is read ahead
+        if not chunk:
+            return None
+        data += chunk
+    return data
+def _frame():
+    head = _read_exact(8)
+    if head is None:
+        return None
+    body = _read_exact(int(head, 16))
+    return None if body is None else body.decode("utf-8")
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+def _line(label, payload):
+    sys.stdout.flush()
+    _write_all(1, ("\n__EVOLVE_GROUP__" + label + " " + json.dumps(payload, default=str) + "\n").encode())
+_nonce = _frame() or ""
+_root = os.path.abspath(os.getcwd())
+evaluator_path, stage_timeout = sys.argv[1], float(sys.argv[2])
+tail_limit, result_limit = int(sys.argv[3]), int(sys.argv[4])
+if os.getppid() != 1:
+    _line(_nonce, {"refused": "the sandbox has no PID namespace of its own, so candidates could not be kept apart"})
+    os._exit(0)
+try:
+    # Not dumpable: a candidate (same uid) cannot open the harness's /proc/PID/fd (its stdin and
+    # stdout) or read its memory.
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+except Exception:
+    pass
+# What the working directory holds besides the harness: restored after every candidate.
+_keep = {}
+for _dirpath, _dirs, _names in os.walk(_root):
+    for _name in _names:
+        _path = os.path.join(_dirpath, _name)
+        if _path != os.path.abspath(sys.argv[0]):
+            with open(_path, "rb") as _f:
+                _keep[os.path.relpath(_path, _root)] = _f.read()
+_script = os.path.basename(sys.argv[0])
+sys.path.insert(0, _root)
+sys.path.insert(0, os.path.dirname(evaluator_path))
+try:
+    spec = importlib.util.spec_from_file_location("evaluator", evaluator_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["evaluator"] = module
+    spec.loader.exec_module(module)
+except BaseException as exc:
+    _line(_nonce, {"refused": "the evaluator did not load: " + type(exc).__name__ + ": " + str(exc)[:300]})
+    os._exit(0)
+_warmed = set()
+"""
+    + _STAGE_LOOP
+    + r"""
+def _child(result_fd, stages, thresholds):
+    def emit(payload):
+        _write_all(result_fd, (json.dumps(payload, default=_json_default) + "\n").encode())
+    _run_stages(lambda: module, stages, thresholds, stage_timeout, emit, _nonce)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -311,13 +307,39 @@ def _sweep():
         time.sleep(0.001)
     return False
 
-def _run(i):
+def _restore():
+    for name in os.listdir(_root):
+        if name == _script:
+            continue
+        path = os.path.join(_root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    for rel, data in _keep.items():
+        path = os.path.join(_root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+def _run(request):
+    stages, thresholds = request["stages"], request["thresholds"]
+    fresh = [s for s in stages if s not in _warmed]
+    if fresh and callable(getattr(module, "warm_up", None)):
+        try:
+            module.warm_up(list(fresh))
+        except BaseException as exc:
+            return {"refused": "the evaluator's warm_up() raised " + type(exc).__name__ + ": " + str(exc)[:300]}
+    _warmed.update(fresh)
     directory = tempfile.mkdtemp(prefix="candidate-", dir=_root)
     with open(os.path.join(directory, "program.py"), "w", encoding="utf-8") as f:
-        f.write(codes[i])
-    if settings is not None:
-        with open(os.path.join(directory, "task_settings.json"), "w", encoding="utf-8") as f:
-            f.write(settings)
+        f.write(request["code"])
+    if "task_settings.json" in _keep:
+        with open(os.path.join(directory, "task_settings.json"), "wb") as f:
+            f.write(_keep["task_settings.json"])
     pipes = [os.pipe() for _ in range(3)]  # result, stdout, stderr
     started = time.monotonic()
     sys.stdout.flush()
@@ -332,7 +354,7 @@ def _run(i):
             os.dup2(pipes[1][1], 1)
             os.dup2(pipes[2][1], 2)
             os.chdir(directory)
-            _child(pipes[0][1])
+            _child(pipes[0][1], stages, thresholds)
         finally:
             os._exit(70)
     for _, w in pipes:
@@ -379,7 +401,7 @@ def _run(i):
     selector.close()
     for r, _ in pipes:
         os.close(r)
-    shutil.rmtree(directory, ignore_errors=True)
+    _restore()
     results = []
     for line in data["result"].decode("utf-8", "replace").splitlines():
         if line.strip():
@@ -388,7 +410,6 @@ def _run(i):
             except json.JSONDecodeError:
                 results.append({"error": "the evaluation produced an unreadable result"})
     return {
-        "index": i,
         "results": results,
         "stdout": data["stdout"].decode("utf-8", "replace"),
         "stderr": data["stderr"].decode("utf-8", "replace"),
@@ -398,16 +419,26 @@ def _run(i):
         "seconds": seconds,
     }
 
-records = []
-try:
-    for i in range(count):
-        records.append(_run(i))
-except BaseException as exc:
-    _sweep()
-    _block({"records": records, "aborted": type(exc).__name__ + ": " + str(exc)[:300]})
-    os._exit(0)
-_block({"records": records})
+while True:
+    text = _frame()
+    if text is None:
+        break
+    request = json.loads(text)
+    try:
+        record = _run(request)
+    except BaseException as exc:
+        _sweep()
+        record = {"aborted": type(exc).__name__ + ": " + str(exc)[:300]}
+    token = _frame()  # read only now: the candidate and all it started are dead
+    if token is None:
+        break
+    record["id"] = request["id"]
+    _line(token, record)
+    if "aborted" in record:
+        break
+os._exit(0)
 """
+)
 
 
 # Tasks written for newer OpenEvolve return ``openevolve.evaluation_result.EvaluationResult``.
@@ -630,91 +661,137 @@ def _group_key(job: EvalJob) -> tuple:
     )
 
 
+def _warm_key(job: EvalJob) -> tuple:
+    """What the jobs of one sandbox must share (stages and thresholds travel with each request)."""
+    return (
+        job.evaluator_path,
+        job.timeout_s,
+        job.memory_mb,
+        job.max_processes,
+        job.pythonpath,
+        job.task_settings,
+        job.sandbox,
+    )
+
+
+def _frame(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return b"%08x" % len(data) + data
+
+
+def _request(job: EvalJob, ident: int) -> bytes:
+    body = {"id": ident, "code": job.code, "stages": list(job.stages), "thresholds": list(job.thresholds)}
+    return _frame(json.dumps(body))
+
+
+def _per_candidate_s(job: EvalJob) -> float:
+    return job.timeout_s * len(job.stages) + 5.0
+
+
+def _stream_files(job: EvalJob) -> dict[str, str]:
+    files = dict(_OPENEVOLVE_SHIM)
+    if job.task_settings:
+        files[TASK_SETTINGS_FILE] = job.task_settings
+    return files
+
+
+def _stream_args(job: EvalJob) -> list[str]:
+    return [job.evaluator_path, str(job.timeout_s), str(_MAX_ARTIFACT), str(_GROUP_RESULT_BYTES)]
+
+
+def _record_outcome(
+    job: EvalJob, record: dict[str, Any], nonce: str, backend: str | None, started: float
+) -> EvalOutcome:
+    """The outcome of one candidate from the record the stream harness wrote for it."""
+    payloads = [
+        p if isinstance(p, dict) else {"error": "unreadable result"} for p in record.get("results", [])
+    ]
+    end = _ChildEnd(
+        record.get("exit"), record.get("signal"), bool(record.get("timed_out")), _per_candidate_s(job)
+    )
+    return _outcome(
+        job,
+        payloads,
+        _split_stderr(str(record.get("stderr", "")), nonce),
+        str(record.get("stdout", "")),
+        end,
+        started,
+        backend,
+    )
+
+
 def run_group(jobs: tuple[EvalJob, ...] | list[EvalJob]) -> list[EvalOutcome]:
     """Run the cascades of several candidates in ONE sandbox; one outcome per job, in order.
 
-    The jobs must differ only in their code. The sandbox starts once; the
-    evaluator and its optional ``warm_up()`` (which may import torch and load
-    game trees) run once; then each candidate runs in a process of its own,
-    forked from the warmed-up harness, under its own deadline, and everything
-    it started is killed before the next one begins (see ``_GROUP_HARNESS``).
-    A candidate's outcome is what :func:`run_evaluation` would give it. Where
-    the group cannot run as one (a sandbox without a PID namespace of its own,
-    an evaluator that does not load, the harness itself killed) the candidates
-    it has no result for are evaluated one by one with :func:`run_evaluation`.
+    The jobs may differ in their code, stages and thresholds, not in what the
+    sandbox is made of (evaluator, timeout, limits, task settings). The
+    sandbox starts once; the evaluator and its optional ``warm_up()`` (which
+    may import torch and load game trees) run once; then each candidate runs
+    in a process of its own, forked from the warmed-up harness, under its own
+    deadline, and everything it started is killed before the next one begins
+    (see ``_STREAM_HARNESS``). A candidate's outcome is what
+    :func:`run_evaluation` would give it. Where the group cannot run as one
+    (a sandbox without a PID namespace of its own, an evaluator that does not
+    load, the harness itself killed) the candidates it has no result for are
+    evaluated one by one with :func:`run_evaluation`. For a pool of sandboxes
+    that stay up between calls, see :class:`WarmPool`.
     """
     jobs = list(jobs)
     if not jobs:
         return []
     if len(jobs) == 1:
         return [run_evaluation(jobs[0])]
-    key = _group_key(jobs[0])
+    key = _warm_key(jobs[0])
     for index, job in enumerate(jobs[1:], 1):
-        if _group_key(job) != key:
+        if _warm_key(job) != key:
             raise ValueError(
-                f"jobs of a group must differ only in their code; job {index} differs from job 0"
+                f"jobs of a group must differ only in their code, stages and thresholds; "
+                f"job {index} differs from job 0"
             )
     first = jobs[0]
     started = time.monotonic()
-    per_candidate = first.timeout_s * len(first.stages) + 5.0
-    # Room on stdout for every candidate's result and output tails in the final line.
+    # Room on stdout for every candidate's result and output tails.
     output = len(jobs) * (_GROUP_RESULT_BYTES + 2 * _MAX_ARTIFACT + 4096) + 64_000
     sandbox = _sandbox(
         first.sandbox,
-        per_candidate * len(jobs) + 60.0,
+        sum(_per_candidate_s(job) for job in jobs) + 60.0,
         first.memory_mb,
         first.max_processes,
         first.pythonpath,
         max_output_bytes=output,
     )
-    files: dict[str, str] = {f"candidate_{i}.py": job.code for i, job in enumerate(jobs)}
-    files.update(_OPENEVOLVE_SHIM)
-    if first.task_settings:
-        files[TASK_SETTINGS_FILE] = first.task_settings
     nonce = secrets.token_hex(16)
-    args = [
-        json.dumps(list(first.stages)),
-        first.evaluator_path,
-        json.dumps(list(first.thresholds)),
-        str(first.timeout_s),
-        str(len(jobs)),
-        str(_MAX_ARTIFACT),
-        str(_GROUP_RESULT_BYTES),
-    ]
-    block: dict[str, Any] | None = None
+    tokens = [secrets.token_hex(16) for _ in jobs]
+    stdin = _frame(nonce) + b"".join(
+        _request(job, index) + _frame(token) for index, (job, token) in enumerate(zip(jobs, tokens))
+    )
+    records: dict[int, dict[str, Any]] = {}
     backend: str | None = None
     try:
-        result = sandbox.run(_GROUP_HARNESS, files=files, args=args, stdin=nonce + "\n")
+        result = sandbox.run(
+            _STREAM_HARNESS, files=_stream_files(first), args=_stream_args(first), stdin=stdin
+        )
     except SandboxError as exc:
         logger.info(
             "a group of %d evaluations could not start (%s); evaluating them one by one", len(jobs), exc
         )
     else:
         backend = result.backend
-        marker = _GROUP_MARK + nonce + " "
-        lines = [line for line in result.stdout.splitlines() if line.startswith(marker)]
-        if lines:
-            try:
-                block = json.loads(lines[-1][len(marker) :])
-            except json.JSONDecodeError:
-                block = None
-        if block is None:
+        lines = _group_lines(result.stdout)
+        refused = lines.get(nonce)
+        by_token = {token: index for index, token in enumerate(tokens)}
+        for label, found in lines.items():
+            if label in by_token and "refused" not in found and "aborted" not in found:
+                records[by_token[label]] = found
+        if refused is not None:
+            logger.info("evaluating %d candidates one by one: %s", len(jobs), refused.get("refused"))
+        elif len(records) < len(jobs):
             logger.warning(
-                "a group of %d evaluations reported nothing (%s); evaluating them one by one",
+                "a group of %d evaluations reported %d (%s); the rest run one by one",
                 len(jobs),
+                len(records),
                 result.describe(),
             )
-        elif "refused" in block:
-            logger.info("evaluating %d candidates one by one: %s", len(jobs), block["refused"])
-        elif "aborted" in block:
-            logger.warning(
-                "a group of evaluations stopped early (%s); the rest run one by one", block["aborted"]
-            )
-    records: dict[int, dict[str, Any]] = {}
-    if block is not None and isinstance(block.get("records"), list):
-        for record in block["records"]:
-            if isinstance(record, dict) and isinstance(record.get("index"), int):
-                records[record["index"]] = record
     overhead = (
         time.monotonic() - started - sum(float(r.get("seconds", 0.0)) for r in records.values())
     ) / len(jobs)
@@ -724,25 +801,255 @@ def run_group(jobs: tuple[EvalJob, ...] | list[EvalJob]) -> list[EvalOutcome]:
         if record is None:
             outcomes.append(run_evaluation(job))
             continue
-        payloads = [
-            p if isinstance(p, dict) else {"error": "unreadable result"} for p in record.get("results", [])
-        ]
-        end = _ChildEnd(
-            record.get("exit"), record.get("signal"), bool(record.get("timed_out")), per_candidate
-        )
         # The candidate's own clock: its child process's seconds plus its share of the group's start-up.
         begun = time.monotonic() - float(record.get("seconds", 0.0)) - max(overhead, 0.0)
-        outcome = _outcome(
-            job,
-            payloads,
-            _split_stderr(str(record.get("stderr", "")), nonce),
-            str(record.get("stdout", "")),
-            end,
-            begun,
-            backend,
-        )
-        outcomes.append(outcome)
+        outcomes.append(_record_outcome(job, record, nonce, backend, begun))
     return outcomes
+
+
+def _group_lines(stdout: str) -> dict[str, dict[str, Any]]:
+    """``{label: record}`` of the harness's lines; the first line of each label counts."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in stdout.splitlines():
+        if not line.startswith(_GROUP_MARK):
+            continue
+        label, _, text = line[len(_GROUP_MARK) :].partition(" ")
+        if label in found:
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            found[label] = record
+    return found
+
+
+class _WarmSandbox:
+    """One long-lived sandbox running the stream harness; candidates go in one at a time."""
+
+    def __init__(self, job: EvalJob, capacity: int) -> None:
+        self.key = _warm_key(job)
+        self.capacity = capacity
+        self.served = 0
+        self.nonce = secrets.token_hex(16)
+        self.refused: str | None = None  # why the harness will not run candidates (no PID namespace, ...)
+        self.ended: str | None = None  # how the sandbox ended, once it has
+        self._lines: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        self._pending = b""
+        self._stop = threading.Event()
+        sandbox = _sandbox(
+            job.sandbox,
+            # The sandbox's own wall clock: every candidate it may run at its longest.
+            capacity * (_per_candidate_s(job) + 5.0) + 120.0,
+            job.memory_mb,
+            job.max_processes,
+            job.pythonpath,
+            max_output_bytes=64_000,  # results are taken from the stream as they come (on_stdout)
+        )
+        self.backend = sandbox.resolve_backend()
+        read_end, self._write_end = os.pipe()
+        self._thread = threading.Thread(
+            target=self._serve,
+            args=(sandbox, job, read_end),
+            name="evolve-warm-sandbox",
+            daemon=True,
+        )
+        self._thread.start()
+        self._send(_frame(self.nonce))
+
+    def _serve(self, sandbox: Sandbox, job: EvalJob, read_end: int) -> None:
+        try:
+            result = sandbox.run(
+                _STREAM_HARNESS,
+                files=_stream_files(job),
+                args=_stream_args(job),
+                stdin=read_end,
+                on_stdout=self._feed,
+                stop=self._stop,
+            )
+            self.ended = result.describe()
+        except Exception as exc:  # the sandbox could not start: every request falls back
+            self.ended = f"the sandbox could not run: {exc}"
+        finally:
+            os.close(read_end)
+            self._lines.put(None)
+
+    def _feed(self, data: bytes) -> None:
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            if not line.startswith(_GROUP_MARK):
+                continue
+            label, _, text = line[len(_GROUP_MARK) :].partition(" ")
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                self._lines.put((label, record))
+
+    def _send(self, data: bytes) -> bool:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._write_end, view) :]
+        except OSError:  # the harness is gone (EPIPE): the caller falls back
+            return False
+        return True
+
+    @property
+    def usable(self) -> bool:
+        return self.ended is None and self.refused is None and self.served < self.capacity
+
+    def evaluate(self, job: EvalJob) -> dict[str, Any] | None:
+        """The harness's record for ``job``, or None when this sandbox cannot give one (see ``refused``/``ended``)."""
+        self.served += 1
+        token = secrets.token_hex(16)
+        # A harness that is gone (it refused, a candidate killed it) says so on the stream; read on.
+        self._send(_request(job, self.served) + _frame(token))
+        # The harness enforces the candidate's deadline; this one only guards against a harness that hangs.
+        deadline = time.monotonic() + _per_candidate_s(job) + 60.0
+        while True:
+            try:
+                item = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.ended = "no result within the candidate's deadline"
+                self._stop.set()
+                return None
+            if item is None:
+                self._lines.put(None)  # stays ended for later calls
+                return None
+            label, record = item
+            if label == self.nonce and "refused" in record:
+                self.refused = str(record["refused"])
+                return None
+            if label != token:
+                continue
+            if "refused" in record or "aborted" in record:
+                self.refused = str(record.get("refused") or record.get("aborted"))
+                return None
+            return record
+
+    def close(self) -> None:
+        """End the harness (end of input), or kill it if it does not end soon."""
+        try:
+            os.close(self._write_end)
+        except OSError:
+            pass
+        self._thread.join(timeout=10.0)
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(timeout=30.0)
+
+
+class WarmPool:
+    """Sandboxes that stay up between evaluations: ``workers`` of them, ``capacity`` candidates each.
+
+    Each worker keeps one sandbox running the stream harness (see
+    :func:`run_group`): the interpreter, the evaluator and its ``warm_up()``
+    load once per sandbox instead of once per candidate or group, and a worker
+    takes the next job as soon as its last one is done, so a batch of uneven
+    candidates keeps every worker busy to its end. A sandbox is replaced after
+    ``capacity`` candidates (its memory stays bounded), when the jobs change
+    what the sandbox is made of (another evaluator, timeout or task settings),
+    and when its harness dies (a candidate killed it): the job it was running
+    is then evaluated alone (:func:`run_evaluation`), as are all jobs where the
+    harness refuses (no PID namespace of its own). Outcomes are what
+    :func:`run_evaluation` gives.
+    """
+
+    name = "warm"
+
+    def __init__(self, workers: int, capacity: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.workers = workers
+        self.capacity = capacity
+        self.refused: str | None = None
+        self._queue: queue.Queue[tuple[EvalJob, Future] | None] = queue.Queue()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"evolve-warm-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: EvalJob) -> Future:
+        """A future of the job's :class:`EvalOutcome`."""
+        if self._closed:
+            raise RuntimeError("the warm pool is closed")
+        future: Future = Future()
+        self._queue.put((job, future))
+        return future
+
+    def map_unordered(self, jobs: list[EvalJob]) -> Iterator[tuple[int, EvalOutcome | BaseException]]:
+        """Yield ``(index, outcome)`` per job as it finishes (an exception where the pool itself failed)."""
+        futures = {self.submit(job): index for index, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            error = future.exception()
+            yield futures[future], (error if error is not None else future.result())
+
+    def _work(self) -> None:
+        warm: _WarmSandbox | None = None
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    break
+                job, future = item
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    outcome, warm = self._evaluate(job, warm)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(outcome)
+        finally:
+            if warm is not None:
+                warm.close()
+
+    def _evaluate(self, job: EvalJob, warm: _WarmSandbox | None) -> tuple[EvalOutcome, _WarmSandbox | None]:
+        if self.refused is not None:
+            return run_evaluation(job), warm
+        if warm is not None and (warm.key != _warm_key(job) or not warm.usable):
+            warm.close()
+            warm = None
+        started = time.monotonic()
+        if warm is None:
+            try:
+                warm = _WarmSandbox(job, self.capacity)
+            except SandboxError as exc:
+                logger.info("no warm sandbox (%s); evaluating alone", exc)
+                return run_evaluation(job), None
+        record = warm.evaluate(job)
+        if record is not None:
+            return _record_outcome(job, record, warm.nonce, warm.backend, started), warm
+        if warm.refused is not None and self.refused is None:
+            if warm.served == 1:
+                # The harness refused before any candidate (no PID namespace, an evaluator that does not load).
+                self.refused = warm.refused
+                logger.info("evaluating candidates one by one: %s", warm.refused)
+            else:
+                logger.warning("a warm sandbox refused a candidate (%s); it runs alone", warm.refused)
+        elif warm.ended is not None:
+            logger.warning("a warm sandbox ended (%s); the candidate it ran is evaluated alone", warm.ended)
+        warm.close()
+        return run_evaluation(job), None
+
+    def close(self) -> None:
+        """Finish the queued jobs, then end every sandbox."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
 
 
 def plan_groups(jobs: list[EvalJob], size: int, workers: int) -> list[list[int]]:
@@ -778,7 +1085,12 @@ def map_grouped(
     Yields ``(index, outcome)`` per job as its group finishes (an exception
     the executor raised for a group is yielded for each of its jobs). With
     ``size`` 1 every job has a sandbox of its own (:func:`run_evaluation`).
+    A :class:`WarmPool` as ``executor`` runs the jobs on its long-lived
+    sandboxes instead (``size`` and ``workers`` are its own).
     """
+    if isinstance(executor, WarmPool):
+        yield from executor.map_unordered(jobs)
+        return
     if size <= 1:
         yield from executor.map_unordered(run_evaluation, jobs)
         return

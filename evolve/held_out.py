@@ -37,7 +37,7 @@ from societas.agents.documents import DocumentError, load_json_file
 
 from .config import EvolveConfig
 from .database import Population
-from .evaluator import EvalOutcome, TaskError, TaskEvaluator, map_grouped
+from .evaluator import EvalOutcome, TaskError, TaskEvaluator, WarmPool, map_grouped
 from .executors import ProcessExecutor
 from .program import Program, fitness_of, parse_python
 
@@ -261,10 +261,12 @@ def score_stage(
     total = len(candidates)
     if todo:
         logger.info("%s of %d program(s) (%d cached)", stage, len(todo), total - len(todo))
-        pool = ProcessExecutor(max(1, min(workers or config.evaluator.parallel_evaluations, len(todo))))
+        count = max(1, min(workers or config.evaluator.parallel_evaluations, len(todo)))
+        size = config.evaluator.group_size
+        # With group_size > 1, sandboxes that stay up: each worker takes the next program as it is free.
+        pool: ProcessExecutor | WarmPool = WarmPool(count, size) if size > 1 else ProcessExecutor(count)
         try:
             jobs = [replace(template, code=code) for _, code in todo]
-            size = config.evaluator.group_size
             for position, outcome in map_grouped(pool, jobs, size, pool.workers):
                 index, code = todo[position]
                 if isinstance(outcome, BaseException):

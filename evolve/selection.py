@@ -26,7 +26,7 @@ from typing import Any
 
 from .config import EvolveConfig
 from .database import Population, ProgramStore
-from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, map_grouped
+from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, WarmPool, map_grouped
 from .executors import Executor
 from .program import Program, fitness_of, parse_python
 
@@ -76,7 +76,11 @@ class Validator:
     """Keeps the validation records of one run and picks the program it returns."""
 
     def __init__(
-        self, evaluator: TaskEvaluator, config: EvolveConfig, store: ProgramStore, executor: Executor
+        self,
+        evaluator: TaskEvaluator,
+        config: EvolveConfig,
+        store: ProgramStore,
+        executor: Executor | WarmPool,
     ) -> None:
         self.config = config
         self.store = store

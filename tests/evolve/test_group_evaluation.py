@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import textwrap
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from societas.agents.sandbox import bwrap_status
 from societas.evolve.config import EvaluatorConfig
-from societas.evolve.evaluator import TaskEvaluator, plan_groups, run_evaluation, run_group
+from societas.evolve.evaluator import TaskEvaluator, WarmPool, plan_groups, run_evaluation, run_group
 
 BWRAP = bwrap_status()
 pytestmark = [
@@ -42,6 +43,9 @@ def evaluate_stage1(program_path):
 def evaluate(program_path):
     value = _module(program_path).full()
     return {"combined_score": float(value), "warmed": float(STATE["warmed"])}
+
+def evaluate_validation(program_path):
+    return {"combined_score": 100.0 + _module(program_path).full(), "warmed": float(STATE["warmed"])}
 """
 
 
@@ -264,3 +268,137 @@ def test_floods_of_output_and_closed_pipes_do_not_break_up_the_group(evaluator):
     assert outcomes[0].metrics["warmed"] == outcomes[2].metrics["warmed"] == 1.0
     assert outcomes[1].status == "failed" and "timeout after 13 s" in outcomes[1].failure
     assert outcomes[0].artifacts["evaluate_stdout"].endswith("x" * 100)
+
+
+# --- sandboxes that stay up (WarmPool) ------------------------------------------------
+
+
+def test_a_warm_pool_gives_the_outcomes_of_one_sandbox_each_and_stays_up_between_calls(evaluator):
+    codes = [
+        program(full="return 3.0"),
+        program(quick="return 0.1"),
+        program(full="raise ValueError('bad constant')"),
+        program(full="os._exit(3)"),
+        program(full="print('hello'); return 5.0"),
+    ]
+    alone = [run_evaluation(evaluator.job(code)) for code in codes]
+    pool = WarmPool(workers=1, capacity=50)
+    try:
+        first = dict(pool.map_unordered([evaluator.job(code) for code in codes]))
+        # Later calls reuse the sandbox: warm_up() ran once in it, and again only for new stages.
+        again = dict(pool.map_unordered([evaluator.job(program(full="return 7.0"))]))
+        single_stage = replace(
+            evaluator.job(program(full="return 8.0")), stages=("evaluate_validation",), thresholds=()
+        )
+        other_stages = dict(pool.map_unordered([single_stage]))
+    finally:
+        pool.close()
+    for index, a in enumerate(alone):
+        g = first[index]
+        assert (g.status, g.stages_run, g.failure, g.sandbox) == (a.status, a.stages_run, a.failure, "bwrap")
+        assert {k: v for k, v in g.metrics.items() if k != "warmed"} == {
+            k: v for k, v in a.metrics.items() if k != "warmed"
+        }
+    assert "hello" in first[4].artifacts["evaluate_stdout"]
+    assert first[0].metrics["warmed"] == first[4].metrics["warmed"] == 1.0
+    assert again[0].metrics == {"combined_score": 7.0, "warmed": 1.0}
+    assert other_stages[0].metrics == {"combined_score": 108.0, "warmed": 2.0}
+    assert pool.refused is None
+
+
+def test_a_warm_pool_replaces_a_sandbox_after_its_capacity(evaluator):
+    pool = WarmPool(workers=1, capacity=2)
+    try:
+        outcomes = dict(pool.map_unordered([evaluator.job(program(full=f"return {v}.0")) for v in range(5)]))
+    finally:
+        pool.close()
+    assert [outcomes[i].metrics["combined_score"] for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [outcomes[i].metrics["warmed"] for i in range(5)] == [1.0] * 5  # a fresh harness every 2
+
+
+def test_a_candidate_leaves_nothing_in_the_sandbox_for_the_next_one(evaluator):
+    # The first candidate drops a module (and overwrites the task files it can see) in the
+    # harness's working directory, on its import path; the next one tries to use it.
+    plant = """
+    root = os.path.dirname(os.getcwd())
+    with open(os.path.join(root, "planted.py"), "w") as f:
+        f.write("VALUE = 1e9\\n")
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py") and name != "main.py":
+                try:
+                    open(os.path.join(dirpath, name), "w").write("raise SystemExit(9)\\n")
+                except OSError:
+                    pass
+    return 1.0
+    """
+    use = """
+    try:
+        import planted
+    except ImportError:
+        return 2.0
+    return planted.VALUE
+    """
+    pool = WarmPool(workers=1, capacity=10)
+    try:
+        outcomes = dict(
+            pool.map_unordered([evaluator.job(program(full=plant)), evaluator.job(program(full=use))])
+        )
+    finally:
+        pool.close()
+    assert outcomes[0].metrics["combined_score"] == 1.0
+    assert outcomes[1].status == "ok" and outcomes[1].metrics["combined_score"] == 2.0
+
+
+def test_a_candidate_that_kills_the_warm_harness_is_evaluated_alone_and_the_pool_goes_on(evaluator):
+    kill = "os.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(5)\nreturn 1.0"
+    forge = """
+    harness = sys.modules["__main__"]
+    line = "\\n__EVOLVE_GROUP__" + harness._nonce + " " + json.dumps({"refused": "forged"}) + "\\n"
+    for fd in ("/proc/%d/fd/1" % os.getppid(), "/proc/%d/fd/0" % os.getppid()):
+        try:
+            with open(fd, "w") as out:
+                out.write(line)
+        except OSError:
+            pass
+    return 3.0
+    """
+    codes = [program(full="return 2.0"), program(full=kill), program(full=forge), program(full="return 4.0")]
+    pool = WarmPool(workers=1, capacity=10)
+    try:
+        outcomes = dict(pool.map_unordered([evaluator.job(code) for code in codes]))
+    finally:
+        pool.close()
+    assert outcomes[0].metrics["combined_score"] == 2.0
+    assert outcomes[1].status == "failed"  # alone, its parent is the sandbox's init: it sleeps past 4 s
+    assert outcomes[2].metrics["combined_score"] == 3.0
+    assert outcomes[3].metrics["combined_score"] == 4.0
+    assert pool.refused is None  # the forged refusal reached nobody
+
+
+def test_a_warm_pool_whose_harness_refuses_evaluates_every_job_alone(tmp_path):
+    task = tmp_path / "broken"
+    task.mkdir()
+    (task / "evaluator.py").write_text("import does_not_exist\ndef evaluate(program_path):\n    return {}\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(task, 0o755)
+    broken = TaskEvaluator(task / "evaluator.py", EvaluatorConfig(timeout=4, memory_mb=512))
+    pool = WarmPool(workers=2, capacity=10)
+    try:
+        outcomes = dict(pool.map_unordered([broken.job(program()) for _ in range(3)]))
+    finally:
+        pool.close()
+    assert pool.refused is not None and "did not load" in pool.refused
+    for outcome in outcomes.values():  # each one's own sandbox says why
+        assert outcome.status == "failed" and "does_not_exist" in outcome.failure
+
+
+def test_a_warm_pool_refuses_bad_sizes_and_closed_use(evaluator):
+    with pytest.raises(ValueError, match="workers"):
+        WarmPool(workers=0, capacity=1)
+    with pytest.raises(ValueError, match="capacity"):
+        WarmPool(workers=1, capacity=0)
+    pool = WarmPool(workers=1, capacity=1)
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(evaluator.job(program()))
