@@ -311,9 +311,11 @@ class EvaluatorConfig(_Section):
     group_size: int = Field(
         1,
         ge=1,
-        le=64,
+        le=1024,
         description="candidates evaluated in one sandbox: the interpreter, the evaluator and its warm_up() "
-        "start once per group, each candidate still runs in a process of its own (1: a sandbox each)",
+        "start once per sandbox, each candidate still runs in a process of its own (1: a sandbox each). "
+        "With the local executor the sandboxes stay up between batches (a warm pool, each replaced after "
+        "this many candidates); with Ray a batch is cut into groups of at most this many",
     )
     sandbox: SandboxBackend = Field(
         "auto",

@@ -12,7 +12,7 @@ from societas.agents.llm import FunctionLLM
 from societas.evolve.config import load_config
 from societas.evolve.controller import Controller, RunError
 from societas.evolve.database import ProgramStore
-from societas.evolve.evaluator import TaskError
+from societas.evolve.evaluator import TaskError, WarmPool
 from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
 from societas.evolve.mutation import LLMEnsemble
 from societas.evolve.report import write_report
@@ -100,9 +100,34 @@ def test_grouped_evaluation_gives_the_same_run_as_a_sandbox_each(tmp_path):
             ctl.run()
         finally:
             ctl.close()
+        assert isinstance(ctl.pool, WarmPool) == (name == "grouped")  # grouped: sandboxes that stay up
     grouped = signature(tmp_path / "grouped")
     assert grouped == signature(tmp_path / "ungrouped")
     assert len(grouped) == 13 and sum(1 for p in grouped if p[4] == "ok") > 6
+
+
+def test_llm_children_join_the_warm_pool_and_the_run_is_the_same(tmp_path):
+    # Half the children come from a (scripted) LLM in the side thread; on the warm pool they are
+    # queued as soon as they are made, behind the other children of their batch.
+    task = load_task(TASK)
+    signatures = []
+    for name, group in (("warm", 4), ("alone", 1)):
+        cfg = load_config(task.config_path)
+        cfg.max_iterations = 12
+        cfg.batch_size = 6
+        cfg.evaluator.group_size = group
+        cfg.mutation.weights = {"llm": 0.5, "constant": 0.5}
+        llm = FunctionLLM(answer, name="scripted")
+        ctl = Controller(task, cfg, tmp_path / name, llms=LLMEnsemble([(llm, 1.0)]))
+        try:
+            ctl.run()
+        finally:
+            ctl.close()
+        assert llm.calls >= 1
+        signatures.append(signature(tmp_path / name))
+    assert signatures[0] == signatures[1]
+    kinds = {p[6] for p in signatures[0]}
+    assert {"llm", "constant"} <= kinds
 
 
 def test_a_time_budget_ends_the_run_early_and_a_resume_finishes_it(tmp_path):
