@@ -247,7 +247,25 @@ def test_rm_matches_reference(shape, gamma):
 
 def test_rm_on_repeated_members_matches_reference(merged_games):
     games, _ = merged_games["4p"]
-    assert _max_diff(ms.regret_matching(games, 200), _reference_rm(games, 200, 1e-6)) < 1e-10
+    assert ms._PayoffVectors(games, exact=False).merged  # the default contracts the merged tensor
+    got = ms.regret_matching(games, 200)
+    assert _max_diff(got, _reference_rm(games, 200, 1e-6)) < 1e-10
+    assert _moved(got) > 0.05
+    # exact mode: OpenSpiel's arithmetic, the unmerged tensor
+    exact = ms.regret_matching(games, 200, exact=True)
+    assert _max_diff(exact, _reference_rm(games, 200, 1e-6)) < 1e-10
+    solver = ms.RMSolver(iterations=200, exact=True).get_meta_strategy(games)
+    assert _max_diff(solver, exact) < 1e-12
+
+
+def test_merged_rm_gives_repeated_members_equal_probability(merged_games):
+    # In real arithmetic repeated members keep equal regrets; merging makes that hold exactly.
+    games, maps = merged_games["4p"]
+    got = ms.regret_matching(games, 2000)
+    for strategy, classes in zip(got, maps):
+        for c in set(classes.tolist()):
+            members = strategy[classes == c]
+            assert np.ptp(members) == 0.0
 
 
 SHOR_SETTINGS = [
