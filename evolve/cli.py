@@ -236,6 +236,12 @@ def run(
     ),
     workers: int | None = typer.Option(None, "--workers", help=f"parallel evaluations (1 to {MAX_WORKERS})"),
     executor: str = typer.Option("process", "--executor", help="process or ray"),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="with --executor ray: the cluster to join (HOST:PORT of its head, or 'auto'); default "
+        "RAY_ADDRESS, else a local Ray instance",
+    ),
     llm: list[str] | None = typer.Option(
         None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"
     ),
@@ -267,6 +273,8 @@ def run(
 ) -> None:
     """Evolve TASK (or resume a run) and print the best score."""
     _check_run_options(iterations, workers, seed, executor, sandbox, log_level, as_json)
+    if ray_address is not None and (executor != "ray" or not ray_address.strip()):
+        _fail("--ray-address needs --executor ray and a HOST:PORT (or 'auto')", 2, as_json)
     if llm_timeout is not None and not (math.isfinite(llm_timeout) and 0 < llm_timeout <= MAX_LLM_TIMEOUT_S):
         _fail(
             f"--llm-timeout must be above 0 and at most {MAX_LLM_TIMEOUT_S:g} seconds, got {llm_timeout}",
@@ -337,7 +345,7 @@ def run(
         ensemble = LLMEnsemble.from_uris(uris, timeouts=timeouts) if uris else None
         n_workers = workers or cfg.evaluator.parallel_evaluations
         _share_cpus_with_evaluations(n_workers)
-        pool = make_executor(executor, n_workers)
+        pool = make_executor(executor, n_workers, ray_address)
         if resume is not None:
             controller = Controller.resume(
                 resume,

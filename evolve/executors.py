@@ -9,9 +9,10 @@ state in iteration order, so the executor never changes what a run finds.
   runs in its own sandboxed subprocess, so threads only wait on children and
   the GIL is no bottleneck.
 * ``ray`` — one Ray task per evaluation (``ray.remote``), imported only when
-  chosen; connects to ``address`` (or ``RAY_ADDRESS``) or starts a local
-  instance with ``workers`` CPUs. Every node needs this package and, for
-  bubblewrap containment, ``bwrap``.
+  chosen; joins the cluster at ``address`` (``--ray-address``, or
+  ``RAY_ADDRESS``) or starts a local instance with ``workers`` CPUs
+  (:func:`societas.marl.cluster.connect_ray`). Every node needs this package
+  and, for bubblewrap containment, ``bwrap``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Protocol
+
+from societas.marl.cluster import connect_ray
 
 logger = logging.getLogger(__name__)
 
@@ -63,24 +66,17 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, workers: int = 4, address: str | None = None) -> None:
+        # A local Ray instance started here is sized to ``workers``; close() shuts it down (so the
+        # next executor starts one of its own size) or disconnects from the cluster it joined.
         try:
-            import ray  # noqa: PLC0415
-        except ImportError:
-            raise ExecutorError(
-                "--executor ray needs Ray, which is not installed; install the 'ray' extra: "
-                "pip install 'societas[ray]'"
-            ) from None
+            ray, self._owns = connect_ray(
+                "--executor ray", address=address, local_cpus=workers, log_to_driver=False
+            )
+        except ImportError as exc:
+            raise ExecutorError(str(exc)) from None
+        except ConnectionError as exc:
+            raise ExecutorError(str(exc)) from None
         self._ray = ray
-        # A local Ray instance started here is sized to ``workers`` and shut
-        # down by close(), so the next executor starts one of its own size.
-        self._owns = not ray.is_initialized() and not address
-        if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
-            if address:
-                kwargs["address"] = address
-            else:
-                kwargs["num_cpus"] = workers
-            ray.init(**kwargs)
         self.workers = workers
         self._remotes: dict[Callable, Any] = {}
 

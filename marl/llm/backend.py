@@ -57,6 +57,12 @@ class TrainConfig(BaseModel):
         default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)"
     )
     rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
+    ray_address: str | None = Field(
+        None,
+        min_length=1,
+        description="the Ray cluster the rollout actors join (HOST:PORT of its head, or 'auto'); "
+        "None: RAY_ADDRESS, else a local instance",
+    )
 
 
 class Backend:

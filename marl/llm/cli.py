@@ -110,6 +110,7 @@ OPTION_FIELDS = {
     "model": "--model",
     "threads": "--threads",
     "rollout_workers": "--rollout-workers",
+    "ray_address": "--ray-address",
     "serve": "--serve",
     "grpo.lr": "--lr",
     "grpo.kl_beta": "--kl-beta",
@@ -264,6 +265,12 @@ def make_command(name: str):
         rollout_workers: int | None = typer.Option(
             None, "--rollout-workers", help="Ray actors for rollouts."
         ),
+        ray_address: str | None = typer.Option(
+            None,
+            "--ray-address",
+            help="With --rollout-workers: the Ray cluster to join (HOST:PORT of its head, or 'auto'); "
+            "default RAY_ADDRESS, else Ray starts here.",
+        ),
         serve: str | None = typer.Option(None, help="'vllm:MODEL_DIR' to generate rollouts with vLLM."),
         resume: bool = typer.Option(
             False,
@@ -333,6 +340,7 @@ def make_command(name: str):
             ("model", model),
             ("threads", threads),
             ("rollout_workers", rollout_workers),
+            ("ray_address", ray_address),
             ("serve", serve),
         ):
             if val is not None:

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import torch
 
+from societas.marl.cluster import connect_ray
 from societas.marl.llm.backend import Backend, TrainConfig
 from societas.marl.llm.recipe import Episode, EpisodeResult, Recipe
 from societas.marl.llm.trainer import GRPOConfig
@@ -35,16 +36,6 @@ from societas.marl.llm.trainer import GRPOConfig
 log = logging.getLogger(__name__)
 
 __all__ = ["RayRollouts"]
-
-_NEEDS_RAY = "rollout_workers > 0 needs the 'ray' extra (pip install 'societas[ray]')"
-
-
-def _import_ray() -> Any:
-    try:
-        import ray  # noqa: PLC0415
-    except ImportError as e:
-        raise ImportError(_NEEDS_RAY) from e
-    return ray
 
 
 class RolloutWorker:
@@ -89,9 +80,11 @@ class RayRollouts:
     ``grpo`` is the loop's :class:`~societas.marl.llm.trainer.GRPOConfig`: with
     ``lora`` set, the actors' policies carry the same adapters, so the
     weights :meth:`run` is sent load into them.
-    ``num_cpus`` / ``num_gpus`` are each actor's Ray resources. Ray is started
-    (``ray_init_kwargs`` passed on) only if it is not running already, and
-    :meth:`close` shuts it down only if this object started it.
+    ``num_cpus`` / ``num_gpus`` are each actor's Ray resources. Ray is joined
+    at ``address`` (or ``RAY_ADDRESS``: a cluster's head, whose nodes have this
+    package and the model) or started here, only if it is not running already
+    (:func:`societas.marl.cluster.connect_ray`), and :meth:`close` shuts it
+    down (or disconnects) only if this object started it.
     """
 
     def __init__(
@@ -103,26 +96,20 @@ class RayRollouts:
         device: str = "auto",
         threads: int | None = None,
         grpo: GRPOConfig | None = None,
-        ray_init_kwargs: Mapping[str, Any] | None = None,
+        address: str | None = None,
         num_cpus: float = 1,
         num_gpus: float = 0,
     ) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, got {n_workers}")
-        ray = _import_ray()
-        self._ray = ray
-        self._started_ray = False
         self._actors: list[Any] = []
-        if not ray.is_initialized():
-            kw: dict[str, Any] = {
-                "include_dashboard": False,
-                "log_to_driver": True,
-                # enough logical CPUs that every actor can be placed
-                "num_cpus": max(os.cpu_count() or 1, math.ceil(n_workers * num_cpus)),
-            }
-            kw.update(ray_init_kwargs or {})
-            ray.init(**kw)
-            self._started_ray = True
+        # A local instance gets enough logical CPUs that every actor can be placed.
+        ray, self._started_ray = connect_ray(
+            "rollout_workers > 0",
+            address=address,
+            local_cpus=max(os.cpu_count() or 1, math.ceil(n_workers * num_cpus)),
+        )
+        self._ray = ray
         free = ray.available_resources().get("CPU", 0.0)
         if free < n_workers * num_cpus:
             log.warning(

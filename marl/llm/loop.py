@@ -376,7 +376,13 @@ def train(
     try:
         if cfg.rollout_workers > 0:
             pool = RayRollouts(
-                recipe, cfg.model, cfg.rollout_workers, device=cfg.device, threads=cfg.threads, grpo=cfg.grpo
+                recipe,
+                cfg.model,
+                cfg.rollout_workers,
+                device=cfg.device,
+                threads=cfg.threads,
+                grpo=cfg.grpo,
+                address=cfg.ray_address,
             )
         # Supervised warm start (the loop's step counter covers SFT steps first, then GRPO steps).
         if start < cfg.sft_steps:

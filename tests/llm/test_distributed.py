@@ -150,7 +150,11 @@ def test_missing_ray_explains(monkeypatch):
     from societas.marl.llm.distributed import RayRollouts
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ImportError, match=r"needs the 'ray' extra \(pip install 'societas\[ray\]'\)"):
+    with pytest.raises(
+        ImportError,
+        match=r"rollout_workers > 0 needs Ray, which is not installed; "
+        r"install the 'ray' extra: pip install 'societas\[ray\]'",
+    ):
         RayRollouts(CountA(), "embedded", 2)
 
 

@@ -1,0 +1,73 @@
+"""Ray, for work that leaves one process: a running cluster, or a local instance.
+
+:func:`connect_ray` is the one place where societas starts or joins Ray. It is
+used by the evolve layer's Ray executor (``societas evolve run --executor ray``)
+and by the training loop's rollout actors (``TrainConfig.rollout_workers``):
+
+* with an ``address`` (``"HOST:PORT"`` of a head node started by ``ray start
+  --head``, or ``"auto"``), or with ``RAY_ADDRESS`` set, it joins that cluster:
+  the cluster's own resources count, so no ``num_cpus`` is passed, and every
+  node must have this package installed (and bubblewrap, for sandboxed
+  evaluations);
+* otherwise it starts a local instance sized to ``local_cpus`` (a new one,
+  even where ``ray start`` runs a cluster on this machine).
+
+Ray is imported here, only when called: it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["RAY_ADDRESS_ENV", "connect_ray", "import_ray"]
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+
+
+def import_ray(needed_for: str) -> Any:
+    """The ``ray`` module, or ImportError saying what needs it and how to install it."""
+    try:
+        import ray  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(
+            f"{needed_for} needs Ray, which is not installed; install the 'ray' extra: pip install 'societas[ray]'"
+        ) from exc
+    return ray
+
+
+def connect_ray(
+    needed_for: str,
+    *,
+    address: str | None = None,
+    local_cpus: int | None = None,
+    log_to_driver: bool = True,
+) -> tuple[Any, bool]:
+    """``(ray, started)``: Ray joined or started for ``needed_for``; ``started`` is False when it was running already.
+
+    A caller that got ``started=True`` owns the connection and calls
+    ``ray.shutdown()`` when done: that stops a local instance, and only
+    disconnects from a cluster (whose head keeps running).
+    """
+    ray = import_ray(needed_for)
+    if ray.is_initialized():
+        return ray, False
+    address = address or os.environ.get(RAY_ADDRESS_ENV) or None
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=log_to_driver)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ConnectionError(
+                f"{needed_for}: cannot join the Ray cluster at {address!r}: {exc}. Start its head with "
+                f"'ray start --head' (it prints the address), or leave the address out to run Ray here. "
+                f"A cluster with token authentication (Ray 2.59 and later turn it on for clusters started "
+                f"with 'ray start') also needs RAY_AUTH_MODE=token here and its token (ray get-auth-token)"
+            ) from exc
+        return ray, True
+    # "local": a new instance here, even where a cluster started by 'ray start' (or a stale
+    # record of one) is on this machine, which a bare ray.init() would try to join.
+    kwargs: dict[str, Any] = {"address": "local", "include_dashboard": False, "log_to_driver": log_to_driver}
+    if local_cpus is not None:
+        kwargs["num_cpus"] = max(1, int(local_cpus))
+    ray.init(**kwargs)
+    return ray, True

@@ -1,0 +1,194 @@
+"""Pointing societas at a Ray cluster that is already running: a head started here
+with ``ray start --head`` on 127.0.0.1, joined by address (and by ``RAY_ADDRESS``)
+by the evolve layer's Ray executor and by the training loop's rollout actors,
+which must give what they give on a local instance, and leave the cluster up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from societas.evolve.config import load_config
+from societas.evolve.controller import Controller
+from societas.evolve.database import ProgramStore
+from societas.evolve.evaluator import TaskEvaluator, run_evaluation
+from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
+from societas.evolve.task import load_task
+from societas.marl.cluster import connect_ray
+from societas.marl.llm.backend import Backend, TrainConfig
+from societas.marl.llm.distributed import RayRollouts
+from societas.marl.llm.recipe import episode_seed
+
+from .test_distributed import CountA
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+CURVE = Path(__file__).resolve().parents[1] / "evolve" / "tasks" / "curve_fit"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A one-node cluster with 2 CPUs, started as a user would, stopped at the end.
+
+    Without token authentication: Ray (2.59 and later) turns it on for ``ray start``,
+    and a driver then needs ``RAY_AUTH_MODE=token`` in its environment before ray is
+    imported, which this test process (where other tests imported ray) cannot have.
+    """
+    if ray.is_initialized():
+        ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("RAY_ADDRESS", raising=False)
+        yield from _head(tmp_path_factory)
+
+
+def _head(tmp_path_factory):
+    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
+    assert ray_bin, "the ray command line comes with the ray package"
+    port = free_port()
+    log = tmp_path_factory.mktemp("ray-head") / "head.log"
+    with open(log, "w") as out:
+        head = subprocess.Popen(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                "--block",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text():
+            if head.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start --head did not come up:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        os.killpg(head.pid, signal.SIGTERM)  # --block: the command stops what it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        # Ray's record of "the cluster on this machine", if it is still ours (ray stop would remove it,
+        # but it also stops every other Ray of this machine).
+        record = Path("/tmp/ray/ray_current_cluster")
+        if record.is_file() and record.read_text().strip().endswith(f":{port}"):
+            record.unlink()
+
+
+def joined_gcs() -> str:
+    """The port of the GCS this driver is connected to (Ray names the host by the node's IP)."""
+    return ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+
+
+def test_the_evolve_executor_joins_the_cluster_and_leaves_it_running(cluster):
+    evaluator = TaskEvaluator(CURVE / "evaluator.py", load_config(CURVE / "config.yaml").evaluator)
+    jobs = [evaluator.job((CURVE / "initial_program.py").read_text())] * 3
+    local = [run_evaluation(job) for job in jobs]
+    executor = RayExecutor(workers=2, address=cluster)
+    try:
+        assert joined_gcs() == cluster.rsplit(":", 1)[1]  # joined, not a local instance of its own
+        assert ray.cluster_resources()["CPU"] == 2.0  # the cluster's resources, not a num_cpus of ours
+        remote = dict(executor.map_unordered(run_evaluation, jobs))
+    finally:
+        executor.close()
+    assert [remote[i].metrics for i in range(3)] == [o.metrics for o in local]
+    assert not ray.is_initialized()  # close() disconnected this driver ...
+    again, started = connect_ray("a check", address=cluster)  # ... and the cluster is still there
+    assert started and joined_gcs() == cluster.rsplit(":", 1)[1]
+    again.shutdown()
+
+
+def signature(run_dir):
+    store = ProgramStore(Path(run_dir) / "programs.db")
+    try:
+        return [(p.iteration, p.id, p.status, p.metrics) for p in store.programs()]
+    finally:
+        store.close()
+
+
+def test_an_evolve_run_on_the_cluster_named_by_RAY_ADDRESS_is_the_local_run(cluster, tmp_path, monkeypatch):
+    task = load_task(CURVE)
+    for name in ("local", "cluster"):
+        cfg = load_config(task.config_path)
+        cfg.max_iterations = 6
+        if name == "cluster":
+            monkeypatch.setenv("RAY_ADDRESS", cluster)
+            executor = RayExecutor(workers=2)
+            assert joined_gcs() == cluster.rsplit(":", 1)[1]
+        else:
+            executor = ProcessExecutor(2)
+        ctl = Controller(task, cfg, tmp_path / name, executor=executor)
+        try:
+            ctl.run()
+        finally:
+            ctl.close()
+    assert signature(tmp_path / "cluster") == signature(tmp_path / "local")
+    assert not ray.is_initialized()
+
+
+def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
+    # A bare ray.init() would join the cluster 'ray start' runs on this machine; no address means local.
+    executor = RayExecutor(workers=1)
+    try:
+        assert joined_gcs() != cluster.rsplit(":", 1)[1]
+        assert ray.cluster_resources()["CPU"] == 1.0
+    finally:
+        executor.close()
+    assert not ray.is_initialized()
+
+
+def test_a_wrong_address_is_a_clear_error():
+    with pytest.raises(
+        ExecutorError, match=r"cannot join the Ray cluster at '127.0.0.1:1'.*ray start --head"
+    ):
+        RayExecutor(workers=2, address="127.0.0.1:1")
+    assert not ray.is_initialized()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_llm, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-model")
+    tiny_llm.model.save_pretrained(d)
+    tiny_llm.tokenizer.save_pretrained(d)
+    return "hf:" + str(d)
+
+
+def test_rollout_actors_on_the_cluster_sample_what_this_process_samples(cluster, model_dir):
+    recipe = CountA()
+    episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
+    local = recipe.run_episodes(Backend(TrainConfig(model=model_dir), recipe).llms(), episodes, train=True)
+    with RayRollouts(recipe, model_dir, 2, threads=1, address=cluster) as pool:
+        assert joined_gcs() == cluster.rsplit(":", 1)[1]
+        remote = pool.run(episodes, train=True)
+    view = [[(s.prompt_ids, s.completion_ids, rw) for s, rw in zip(r.samples, r.rewards)] for r in local]
+    assert [
+        [(s.prompt_ids, s.completion_ids, rw) for s, rw in zip(r.samples, r.rewards)] for r in remote
+    ] == view
+    assert not ray.is_initialized()  # the pool disconnected; the head runs on (the fixture stops it)
