@@ -419,7 +419,12 @@ class HeldOutConfig(_Section):
     baselines: list[str] | None = Field(
         None, description="names from the evaluator's held_out_baselines(); null: all of them, []: none"
     )
-    timeout: float | None = Field(None, gt=0, description="seconds per program; default evaluator.timeout")
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        description="seconds per program, on the held-out set and for the baselines' training scores; "
+        "default evaluator.timeout",
+    )
     history: int = Field(
         3,
         ge=0,

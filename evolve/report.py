@@ -375,7 +375,9 @@ def write_report(
             ):
                 if stage == VALIDATION_STAGE and not defines_stage(evaluator_path, VALIDATION_STAGE):
                     continue
-                timeout = config.validation.timeout if stage == VALIDATION_STAGE else None
+                # The baselines are scored after the search, as on the held-out set: a slow one
+                # (PRD, RM over 1e5 solver steps a meta-game) gets the held-out time limit.
+                timeout = config.validation.timeout if stage == VALIDATION_STAGE else config.held_out.timeout
                 for entry in score_stage(
                     run_dir,
                     evaluator_path,
