@@ -18,6 +18,7 @@ Ray is imported here, only when called: it is an optional extra.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 __all__ = ["RAY_ADDRESS_ENV", "connect_ray", "import_ray"]
@@ -34,6 +35,22 @@ def import_ray(needed_for: str) -> Any:
             f"{needed_for} needs Ray, which is not installed; install the 'ray' extra: pip install 'societas[ray]'"
         ) from exc
     return ray
+
+
+def _check_reachable(needed_for: str, address: str) -> None:
+    """Fail at once where nothing listens at a ``HOST:PORT`` address (ray.init would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", a ray:// client address, ...: Ray resolves those itself
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=10):
+            pass
+    except OSError as exc:
+        raise ConnectionError(
+            f"{needed_for}: cannot join the Ray cluster at {address!r}: nothing answers there ({exc}). "
+            f"Start its head with 'ray start --head' (it prints the address), or leave the address out "
+            f"to run Ray here"
+        ) from exc
 
 
 def connect_ray(
@@ -54,6 +71,7 @@ def connect_ray(
         return ray, False
     address = address or os.environ.get(RAY_ADDRESS_ENV) or None
     if address:
+        _check_reachable(needed_for, address)
         try:
             ray.init(address=address, log_to_driver=log_to_driver)
         except (ConnectionError, RuntimeError, ValueError) as exc:

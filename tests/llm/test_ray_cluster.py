@@ -153,17 +153,6 @@ def test_an_evolve_run_on_the_cluster_named_by_RAY_ADDRESS_is_the_local_run(clus
     assert not ray.is_initialized()
 
 
-def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
-    # A bare ray.init() would join the cluster 'ray start' runs on this machine; no address means local.
-    executor = RayExecutor(workers=1)
-    try:
-        assert joined_gcs() != cluster.rsplit(":", 1)[1]
-        assert ray.cluster_resources()["CPU"] == 1.0
-    finally:
-        executor.close()
-    assert not ray.is_initialized()
-
-
 def test_a_wrong_address_is_a_clear_error():
     with pytest.raises(
         ExecutorError, match=r"cannot join the Ray cluster at '127.0.0.1:1'.*ray start --head"
@@ -192,3 +181,15 @@ def test_rollout_actors_on_the_cluster_sample_what_this_process_samples(cluster,
         [(s.prompt_ids, s.completion_ids, rw) for s, rw in zip(r.samples, r.rewards)] for r in remote
     ] == view
     assert not ray.is_initialized()  # the pool disconnected; the head runs on (the fixture stops it)
+
+
+def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
+    # Last: a second Ray instance on the machine unsettles the cluster's later drivers.
+    # A bare ray.init() would join the cluster 'ray start' runs on this machine; no address means local.
+    executor = RayExecutor(workers=1)
+    try:
+        assert joined_gcs() != cluster.rsplit(":", 1)[1]
+        assert ray.cluster_resources()["CPU"] == 1.0
+    finally:
+        executor.close()
+    assert not ray.is_initialized()
