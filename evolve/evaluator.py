@@ -647,20 +647,6 @@ class _ChildEnd:
         return f"exit status {self.status}"
 
 
-def _group_key(job: EvalJob) -> tuple:
-    return (
-        job.evaluator_path,
-        job.stages,
-        job.thresholds,
-        job.timeout_s,
-        job.memory_mb,
-        job.max_processes,
-        job.pythonpath,
-        job.task_settings,
-        job.sandbox,
-    )
-
-
 def _warm_key(job: EvalJob) -> tuple:
     """What the jobs of one sandbox must share (stages and thresholds travel with each request)."""
     return (
@@ -1055,7 +1041,7 @@ class WarmPool:
 def plan_groups(jobs: list[EvalJob], size: int, workers: int) -> list[list[int]]:
     """Indices of ``jobs`` in groups of at most ``size`` that :func:`run_group` can run.
 
-    Jobs that differ in more than their code never share a group. Each kind is
+    Jobs that differ in more than their code, stages and thresholds never share a group. Each kind is
     cut into contiguous groups of nearly equal length, as many as a multiple of
     ``workers`` (or one per job), so the workers finish together.
     """
@@ -1063,7 +1049,7 @@ def plan_groups(jobs: list[EvalJob], size: int, workers: int) -> list[list[int]]
         raise ValueError(f"group size must be >= 1, got {size}")
     kinds: dict[tuple, list[int]] = {}
     for index, job in enumerate(jobs):
-        kinds.setdefault(_group_key(job), []).append(index)
+        kinds.setdefault(_warm_key(job), []).append(index)
     groups: list[list[int]] = []
     for members in kinds.values():
         workers = max(workers, 1)
