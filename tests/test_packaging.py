@@ -102,6 +102,8 @@ def test_wheel_installs_only_societas_at_the_top_level(installed):
     for f in ("building_blocks.yaml", "hour.yaml", "seeds/vad_cfr.py"):  # the CFR task's library and seeds
         assert f"societas/evolve/tasks/cfr/{f}" in names, f"cfr/{f} missing from the wheel"
     assert not any(n.startswith("societas/__init__") for n in names), "societas must stay a namespace"
+    for layer in ("agents", "topology", "marl", "evolve"):  # typed (PEP 561), layer by layer
+        assert f"societas/{layer}/py.typed" in names, f"societas/{layer}/py.typed missing from the wheel"
     # every module of the four layers ships (a package missing from pyproject's list would not)
     for layer in ("agents", "topology", "marl", "evolve"):
         for source in (REPO / layer).rglob("*.py"):
