@@ -1,7 +1,8 @@
 """Pointing societas at a Ray cluster that is already running: a head started here
-with ``ray start --head`` on 127.0.0.1, joined by address (and by ``RAY_ADDRESS``)
-by the evolve layer's Ray executor and by the training loop's rollout actors,
-which must give what they give on a local instance, and leave the cluster up."""
+with ``ray start --head``, joined by address (and by ``RAY_ADDRESS``) by the evolve
+layer's Ray executor, which must give what it gives on a local instance and leave
+the cluster up; and how :func:`societas.marl.cluster.connect_ray`, which the
+rollout actors share, joins or starts Ray (against a stand-in for ray)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,8 @@ from societas.evolve.evaluator import TaskEvaluator, run_evaluation
 from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
 from societas.evolve.task import load_task
 from societas.marl.cluster import connect_ray
-from societas.marl.llm.backend import Backend, TrainConfig
-from societas.marl.llm.distributed import RayRollouts
-from societas.marl.llm.recipe import episode_seed
+from societas.marl.llm import distributed
+from societas.marl.llm.backend import TrainConfig
 
 from .test_distributed import CountA
 
@@ -161,28 +161,6 @@ def test_a_wrong_address_is_a_clear_error():
     assert not ray.is_initialized()
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_llm, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-model")
-    tiny_llm.model.save_pretrained(d)
-    tiny_llm.tokenizer.save_pretrained(d)
-    return "hf:" + str(d)
-
-
-def test_rollout_actors_on_the_cluster_sample_what_this_process_samples(cluster, model_dir):
-    recipe = CountA()
-    episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
-    local = recipe.run_episodes(Backend(TrainConfig(model=model_dir), recipe).llms(), episodes, train=True)
-    with RayRollouts(recipe, model_dir, 2, threads=1, address=cluster) as pool:
-        assert joined_gcs() == cluster.rsplit(":", 1)[1]
-        remote = pool.run(episodes, train=True)
-    view = [[(s.prompt_ids, s.completion_ids, rw) for s, rw in zip(r.samples, r.rewards)] for r in local]
-    assert [
-        [(s.prompt_ids, s.completion_ids, rw) for s, rw in zip(r.samples, r.rewards)] for r in remote
-    ] == view
-    assert not ray.is_initialized()  # the pool disconnected; the head runs on (the fixture stops it)
-
-
 def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
     # Last: a second Ray instance on the machine unsettles the cluster's later drivers.
     # A bare ray.init() would join the cluster 'ray start' runs on this machine; no address means local.
@@ -193,3 +171,61 @@ def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
     finally:
         executor.close()
     assert not ray.is_initialized()
+
+
+class FakeRay:
+    """What connect_ray asks of ray: is_initialized and init."""
+
+    def __init__(self, initialized: bool = False) -> None:
+        self.initialized, self.calls = initialized, []
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def init(self, **kwargs) -> None:
+        self.calls.append(kwargs)
+        self.initialized = True
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return fake
+
+
+def test_connect_ray_joins_by_address_without_resources_of_its_own(fake_ray, monkeypatch):
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: socket.socket())
+    ray_module, started = connect_ray("a test", address="10.0.0.5:6379", local_cpus=8)
+    assert ray_module is fake_ray and started
+    assert fake_ray.calls == [{"address": "10.0.0.5:6379", "log_to_driver": True}]  # no num_cpus
+
+
+def test_connect_ray_reads_RAY_ADDRESS_and_otherwise_starts_a_new_local_instance(fake_ray, monkeypatch):
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: socket.socket())
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    connect_ray("a test", local_cpus=3)
+    monkeypatch.delenv("RAY_ADDRESS")
+    fake_ray.initialized = False
+    connect_ray("a test", local_cpus=3, log_to_driver=False)
+    assert fake_ray.calls == [
+        {"address": "auto", "log_to_driver": True},
+        {"address": "local", "include_dashboard": False, "log_to_driver": False, "num_cpus": 3},
+    ]
+    assert connect_ray("a test", address="10.0.0.5:6379") == (fake_ray, False)  # running: left alone
+    assert len(fake_ray.calls) == 2
+
+
+def test_the_rollout_actors_take_the_address_to_connect_ray(monkeypatch):
+    seen = {}
+
+    def fake_connect(needed_for, **kwargs):
+        seen.update(kwargs, needed_for=needed_for)
+        raise ConnectionError("stop here")
+
+    monkeypatch.setattr(distributed, "connect_ray", fake_connect)
+    with pytest.raises(ConnectionError, match="stop here"):
+        distributed.RayRollouts(CountA(), "embedded", 2, address="10.0.0.5:6379")
+    assert seen["address"] == "10.0.0.5:6379" and seen["needed_for"] == "rollout_workers > 0"
+    assert TrainConfig(ray_address="10.0.0.5:6379").ray_address == "10.0.0.5:6379"
