@@ -793,21 +793,25 @@ def run_group(jobs: tuple[EvalJob, ...] | list[EvalJob]) -> list[EvalOutcome]:
     return outcomes
 
 
+def _group_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``(label, record)`` of one line the stream harness wrote, or None for any other line."""
+    if not line.startswith(_GROUP_MARK):
+        return None
+    label, _, text = line[len(_GROUP_MARK) :].partition(" ")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return (label, record) if isinstance(record, dict) else None
+
+
 def _group_lines(stdout: str) -> dict[str, dict[str, Any]]:
     """``{label: record}`` of the harness's lines; the first line of each label counts."""
     found: dict[str, dict[str, Any]] = {}
     for line in stdout.splitlines():
-        if not line.startswith(_GROUP_MARK):
-            continue
-        label, _, text = line[len(_GROUP_MARK) :].partition(" ")
-        if label in found:
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            found[label] = record
+        parsed = _group_line(line)
+        if parsed is not None and parsed[0] not in found:
+            found[parsed[0]] = parsed[1]
     return found
 
 
@@ -865,16 +869,9 @@ class _WarmSandbox:
         self._pending += data
         *lines, self._pending = self._pending.split(b"\n")
         for raw in lines:
-            line = raw.decode("utf-8", "replace")
-            if not line.startswith(_GROUP_MARK):
-                continue
-            label, _, text = line[len(_GROUP_MARK) :].partition(" ")
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                self._lines.put((label, record))
+            parsed = _group_line(raw.decode("utf-8", "replace"))
+            if parsed is not None:
+                self._lines.put(parsed)
 
     def _send(self, data: bytes) -> bool:
         try:
