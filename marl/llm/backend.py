@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from societas.agents.llm import load_llm
 from societas.agents.llm.transformers_llm import TransformersLLM
+from societas.marl.llm.parallel import dist_env, rank_device
 from societas.marl.llm.recipe import FROZEN, Recipe, episode_seed
 from societas.marl.llm.rollouts import TokenRecorder
 from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
@@ -75,9 +76,11 @@ class Backend:
                 f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
                 "(use 'embedded', 'hf:PATH' or 'gguf:FILE')"
             )
-        if cfg.device != "auto":
-            base.model.to(cfg.device)
-            base.device = torch.device(cfg.device)
+        env = dist_env()
+        device = rank_device(cfg.device, env)  # under torchrun with GPUs: cuda:LOCAL_RANK
+        if device != "auto":
+            base.model.to(device)
+            base.device = torch.device(device)
         base.model.requires_grad_(False)
         base.model.eval()
         self.frozen = base
@@ -89,9 +92,17 @@ class Backend:
             model.requires_grad_(True)
             gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
             ref = base.model if gcfg.kl_beta > 0 else None
+            # FSDP shards the trained module over the ranks, and each rank generates its own
+            # episodes: it does so from a full copy, refreshed after every update (sync).
+            serve_model = None
+            if env.distributed and gcfg.sharding == "fsdp":
+                serve_model = copy.deepcopy(base.model)
             self.trainers[name] = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
             self.serving[name] = TransformersLLM(
-                self.trainers[name].model, self.tokenizer, device=base.device, name=f"{base.name}:{name}"
+                self.trainers[name].model if serve_model is None else serve_model,
+                self.tokenizer,
+                device=base.device,
+                name=f"{base.name}:{name}",
             )
         self.vllm: dict[str, Any] = {}
         if cfg.serve is not None:

@@ -27,6 +27,13 @@ fails reading or writing its files exits with status 1. ``--json`` prints the
 result as one JSON object on the last line of standard output; progress goes
 to standard error (plain lines every ``SOCIETAS_PROGRESS_EVERY_S`` seconds
 when it is not a terminal).
+
+``--nproc N`` trains data-parallel on N processes of this machine: the command
+starts itself again under ``torchrun`` (``python -m torch.distributed.run
+--standalone --nproc_per_node N -m societas.marl train RECIPE ...``; give that
+line yourself, with ``--nnodes``/``--rdzv-endpoint``, for several machines).
+Each process runs its share of the episodes and the updates are summed (see
+:mod:`societas.marl.llm.parallel`); rank 0 writes the run directories and prints.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ import importlib.util
 import json
 import logging
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -54,6 +64,7 @@ from societas.marl.cli_common import (
     shown,
 )
 from societas.marl.llm.loop import TrainConfig, mean_curves, train
+from societas.marl.llm.parallel import barrier, init_from_env, shutdown
 from societas.marl.llm.recipes import RECIPES
 from societas.marl.llm.settings import SettingsError, validate_settings
 from societas.marl.llm.trainer import CheckpointError
@@ -93,6 +104,7 @@ def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) ->
 MAX_STEPS = 1_000_000  # GRPO or SFT steps (and evaluation/checkpoint intervals) of one run
 MAX_SEEDS = 1_000  # runs of one command (one directory each)
 MAX_ROLLOUT_WORKERS = 1_024
+MAX_NPROC = 1_024
 # Upper bounds of the loop's counts, whether they come from an option or from --config.
 TRAIN_LIMITS = {
     "steps": MAX_STEPS,
@@ -235,6 +247,39 @@ def _check_run_dirs(root: Path, seeds: list[int], resume: bool) -> None:
             fail(f"--resume: {latest} names checkpoint {version!r}, which is missing or incomplete")
 
 
+def _torchrun(name: str, nproc: int) -> int:
+    """Run this very command under ``torchrun`` with ``nproc`` processes (``--nproc``
+    left out), wait for it, and return its exit status."""
+    argv = sys.argv[1:]
+    try:
+        at = next(i for i in range(1, len(argv)) if argv[i] == name and argv[i - 1] == "train")
+    except StopIteration:
+        fail(f"--nproc: cannot find 'train {name}' in the command line {' '.join(sys.argv)!r}")
+    rest, skip = [], False
+    for a in argv[at + 1 :]:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        "-m",
+        "societas.marl",
+        "train",
+        name,
+        *rest,
+    ]
+    logging.getLogger(__name__).info("running %s", " ".join(cmd))
+    return subprocess.call(cmd)
+
+
 def make_command(name: str):
     """The typer command that trains recipe ``name``."""
 
@@ -281,6 +326,11 @@ def make_command(name: str):
             False, "--json", help="Print the result as one JSON object on the last line."
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages."),
+        nproc: int = typer.Option(
+            1,
+            "--nproc",
+            help="Processes on this machine (data-parallel under torchrun; one per GPU on a GPU machine).",
+        ),
     ) -> None:
         logging.basicConfig(
             level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
@@ -292,6 +342,9 @@ def make_command(name: str):
         check_range("--eval-every", eval_every, 1, MAX_STEPS)
         check_range("--threads", threads, 1, MAX_THREADS)
         check_range("--rollout-workers", rollout_workers, 0, MAX_ROLLOUT_WORKERS)
+        check_range("--nproc", nproc, 1, MAX_NPROC)
+        if nproc > 1 and "LOCAL_RANK" in os.environ:
+            fail("--nproc: this command already runs under torchrun; give the process count to one of them")
         check_range("--lr", lr, None, None)
         check_range("--kl-beta", kl_beta, None, None)
         for s in seeds or ():
@@ -369,17 +422,32 @@ def make_command(name: str):
             fail(one_line(exc))
         root = Path(out)
         _check_run_dirs(root, seeds, resume)
+        if nproc > 1:  # everything is checked: start again under torchrun, N times
+            if first.rollout_workers > 0:
+                fail("--nproc and --rollout-workers do not mix: each process already runs its share")
+            raise typer.Exit(_torchrun(name, nproc))
+        try:
+            env, owned = init_from_env(first.device)
+        except (ValueError, RuntimeError) as exc:
+            fail(one_line(exc))
+        barrier()  # every rank has looked at the run directories before rank 0 writes one
         runs: dict[int, list[dict[str, Any]]] = {}
         results = []
-        for s, cfg in cfgs.items():
-            try:
-                res = train(rec, cfg, root / f"seed_{s}", resume=resume, progress=True)
-            except (ValueError, FileExistsError, ImportError, CheckpointError) as exc:
-                fail(one_line(exc))
-            except OSError as exc:  # a file the run reads or writes
-                fail(one_line(exc), code=1)
-            runs[s] = res.history
-            results.append(res.to_dict() | {"seed": s})
+        try:
+            for s, cfg in cfgs.items():
+                try:
+                    res = train(rec, cfg, root / f"seed_{s}", resume=resume, progress=True)
+                except (ValueError, FileExistsError, ImportError, CheckpointError) as exc:
+                    fail(one_line(exc))
+                except OSError as exc:  # a file the run reads or writes
+                    fail(one_line(exc), code=1)
+                runs[s] = res.history
+                results.append(res.to_dict() | {"seed": s})
+        finally:
+            if owned:
+                shutdown()
+        if not env.main:
+            return
         try:
             mean = plot_seeds(runs, root / "heldout.png", f"{name}: held-out reward")
         except OSError as exc:

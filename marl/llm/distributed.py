@@ -23,13 +23,13 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
 from typing import Any, Self
 
 import torch
 
 from societas.marl.cluster import connect_ray
 from societas.marl.llm.backend import Backend, TrainConfig
+from societas.marl.llm.parallel import shards as split_evenly
 from societas.marl.llm.recipe import Episode, EpisodeResult, Recipe
 from societas.marl.llm.trainer import GRPOConfig
 
@@ -63,15 +63,6 @@ class RolloutWorker:
                 # The serving LLM wraps this very module, so it samples from the new weights.
                 self.backend.trainers[name].model.load_state_dict(sd)
         return self.recipe.run_episodes(self.backend.llms(), episodes, train=train)
-
-
-def _shards(n_items: int, n: int) -> list[slice]:
-    """``n`` contiguous slices covering ``range(n_items)``, sizes differing by at most one."""
-    q, r = divmod(n_items, n)
-    bounds = [0]
-    for i in range(n):
-        bounds.append(bounds[-1] + q + (i < r))
-    return [slice(a, b) for a, b in pairwise(bounds)]
 
 
 class RayRollouts:
@@ -153,7 +144,7 @@ class RayRollouts:
             raise RuntimeError("RayRollouts is closed")
         episodes = list(episodes)
         refs = {name: self._ray.put(sd) for name, sd in weights.items()} if weights else None
-        shards = _shards(
+        shards = split_evenly(
             len(episodes), len(self._actors)
         )  # an empty shard (fewer episodes than actors) runs nothing
         calls = [

@@ -22,6 +22,11 @@ instead and the updated weights are pushed into vLLM after each update.
 With ``rollout_workers > 0`` (the ``ray`` extra) episodes are split over Ray
 actors that each hold their own models; each episode carries its own seed, so
 the same seed gives the same samples however the episodes are split.
+Under ``torchrun`` (``societas train ... --nproc N``) each process runs its
+share of the episodes, every process gets the whole batch, and the update is
+summed over processes (DDP or FSDP, see :mod:`societas.marl.llm.parallel`):
+the same update as one process on the same batch. Rank 0 alone writes the run
+directory.
 
 The run directory holds ``config.yaml`` (the resolved configuration),
 ``metrics.jsonl`` (one line per training step and per evaluation),
@@ -61,6 +66,16 @@ from societas.agents.llm.base import encode_with_tokenizer
 from societas.marl.llm.advantages import HopGroup, group_ids, raw_singletons
 from societas.marl.llm.backend import Backend, TrainConfig
 from societas.marl.llm.distributed import RayRollouts
+from societas.marl.llm.parallel import (
+    DistEnv,
+    agree,
+    all_gather_list,
+    barrier,
+    dist_env,
+    init_from_env,
+    own_slice,
+    shutdown,
+)
 from societas.marl.llm.recipe import FROZEN, Episode, EpisodeResult, Recipe, episode_seed
 from societas.marl.llm.rollouts import TokenSample
 from societas.marl.llm.settings import validate_settings
@@ -166,7 +181,26 @@ def _check_checkpoint_space(root: Path, backend: Backend, step: int) -> None:
     check_free_space(root, need, f"the checkpoint at step {step} (policies {names})")
 
 
-def _save(root: Path, backend: Backend, loop_state: dict[str, Any]) -> Path:
+def _save(root: Path, backend: Backend, loop_state: dict[str, Any]) -> Path | None:
+    """Write the checkpoint (rank 0; under FSDP every rank takes part in gathering it).
+    Returns its path on rank 0, ``None`` on the others."""
+    states = {pol: tr.checkpoint_state() for pol, tr in backend.trainers.items()}
+    env = dist_env()
+    path, error = None, None
+    if env.main:
+        try:
+            path = _write_checkpoint(root, backend, states, loop_state)
+        except Exception as exc:
+            if not env.distributed:
+                raise
+            error = exc
+    agree(error is None, error)  # a failed write stops every rank, not rank 0 alone
+    return path
+
+
+def _write_checkpoint(
+    root: Path, backend: Backend, states: dict[str, dict[str, Any]], loop_state: dict[str, Any]
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     _check_checkpoint_space(root, backend, loop_state["step"])
     name = f"step-{loop_state['step']:06d}-{uuid.uuid4().hex[:8]}"
@@ -174,7 +208,7 @@ def _save(root: Path, backend: Backend, loop_state: dict[str, Any]) -> Path:
     tmp.mkdir()
     try:
         for pol, tr in backend.trainers.items():
-            tr.save_checkpoint(tmp / pol)
+            tr.write_checkpoint(tmp / pol, states[pol])
         (tmp / "loop.json").write_text(json.dumps(loop_state))
         os.replace(tmp, root / name)
     except BaseException:
@@ -276,6 +310,10 @@ def _run(
 ) -> list[EpisodeResult]:
     if pool is not None:
         return pool.run(episodes, train=train, weights=backend.state_dicts())
+    env = dist_env()
+    if env.distributed:  # this rank's share; then every rank has the whole batch, in order
+        own = list(episodes[own_slice(len(episodes), env)])
+        return all_gather_list(recipe.run_episodes(backend.llms(), own, train=train) if own else [])
     return recipe.run_episodes(backend.llms(), episodes, train=train)
 
 
@@ -288,9 +326,11 @@ def _evaluate(
     row = {"kind": "eval", "step": step, **_mean_metrics(res), "time_s": round(time.perf_counter() - t0, 2)}
     if "reward" not in row:
         raise ValueError(f"recipe {recipe.name!r}: evaluation episodes must report a 'reward' metric")
-    _append_jsonl(
-        rollouts, [{"kind": "eval", "step": step, "episode": e.index, **r.record} for e, r in zip(eps, res)]
-    )
+    if dist_env().main:
+        _append_jsonl(
+            rollouts,
+            [{"kind": "eval", "step": step, "episode": e.index, **r.record} for e, r in zip(eps, res)],
+        )
     return row
 
 
@@ -306,11 +346,31 @@ def train(
 
     ``config`` given as a mapping is validated first: a bad value raises
     :class:`~societas.marl.llm.settings.SettingsError` naming it (``train.grpo.lr: ...``).
+
+    Started by ``torchrun`` (``WORLD_SIZE`` > 1 in the environment), it joins the
+    process group (see :mod:`societas.marl.llm.parallel`) and trains data-parallel.
     """
     cfg = validate_settings(TrainConfig, config, "train")
-    out = Path(out)
+    env, owned = init_from_env(cfg.device)
+    try:
+        return _train(recipe, cfg, Path(out), env, resume=resume, progress=progress)
+    finally:
+        if owned:
+            shutdown()
+
+
+def _train(
+    recipe: Recipe, cfg: TrainConfig, out: Path, env: DistEnv, *, resume: bool, progress: bool
+) -> TrainResult:
     ckpt_root = out / "checkpoint"
-    if out.exists() and any(out.iterdir()) and not resume:
+    if env.distributed and cfg.rollout_workers > 0:
+        raise ValueError(
+            "rollout_workers (Ray actors) and several torchrun processes do not mix: with --nproc "
+            "each process already runs its share of the episodes; set rollout_workers=0"
+        )
+    busy = out.exists() and any(out.iterdir()) and not resume
+    barrier()  # every rank looks before rank 0 writes anything
+    if busy:
         raise FileExistsError(
             f"run directory {out} is not empty: pass resume=True to continue it, or choose another"
         )
@@ -331,6 +391,9 @@ def train(
     if state is not None:
         start = int(state["step"])
         history = list(state["history"])
+        barrier()  # every rank has read the run directory before rank 0 rewrites it
+        log.info("resumed %s at step %d", out, start)
+    if env.main and state is not None:
         # Lines written after the checkpoint are redone: drop them so nothing is counted twice.
         _atomic_write(metrics_path, "".join(json.dumps(h) + "\n" for h in history))
         if rollouts_path.exists():
@@ -340,16 +403,21 @@ def train(
                 if ln.strip() and json.loads(ln).get("step", 0) <= start
             ]
             _atomic_write(rollouts_path, "".join(ln + "\n" for ln in kept))
-        log.info("resumed %s at step %d", out, start)
-    else:
+    elif env.main:
         for p in (metrics_path, rollouts_path):
             p.unlink(missing_ok=True)
-        resolved = {"recipe": recipe.name, "recipe_config": recipe.config(), "train": cfg.model_dump()}
+        resolved = {
+            "recipe": recipe.name,
+            "recipe_config": recipe.config(),
+            "train": cfg.model_dump(),
+            "processes": env.world_size,
+        }
         _atomic_write(out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
     def log_row(row: dict[str, Any]) -> None:
         history.append(row)
-        _append_jsonl(metrics_path, [row])
+        if env.main:
+            _append_jsonl(metrics_path, [row])
 
     plot_path, plot_title = out / "reward.png", f"{recipe.name} (seed {cfg.seed})"
     drawn = -1  # rows of history in plot_path (-1: not drawn by this call yet)
@@ -358,7 +426,7 @@ def train(
         # The held-out curve changes only at evaluations, which cost far more than a drawing:
         # redraw there and at the end, not at every step (metrics.jsonl has every step).
         nonlocal drawn
-        if drawn != len(history):
+        if env.main and drawn != len(history):
             plot_rewards(history, plot_path, plot_title)
             drawn = len(history)
 
@@ -370,7 +438,7 @@ def train(
         _save(ckpt_root, backend, {"step": step, "history": history})
 
     total = cfg.sft_steps + cfg.steps
-    bar = progress_bar(progress, field="reward")
+    bar = progress_bar(progress and env.main, field="reward")
     bar.start()
     task_id = bar.add_task(recipe.name, total=total, completed=min(start, total), reward="")
     try:
@@ -413,13 +481,14 @@ def train(
                 results = _run(recipe, backend, pool, episodes, train=True)
                 row["rollout_s"] = round(time.perf_counter() - t_gen, 2)
                 row.update(_mean_metrics(results))
-                _append_jsonl(
-                    rollouts_path,
-                    [
-                        {"kind": "train", "step": step + 1, "episode": e.index, **r.record}
-                        for e, r in zip(episodes, results)
-                    ],
-                )
+                if env.main:
+                    _append_jsonl(
+                        rollouts_path,
+                        [
+                            {"kind": "train", "step": step + 1, "episode": e.index, **r.record}
+                            for e, r in zip(episodes, results)
+                        ],
+                    )
                 t_upd = time.perf_counter()
                 for pol in recipe.trained_policies(gstep):
                     samples = [s for r in results for s in r.samples if s.policy == pol]
@@ -464,7 +533,8 @@ def train(
             pool.close()
     wall = time.perf_counter() - t_start
     draw()
-    _atomic_write(out / "summary.md", _summary(recipe, cfg, history, wall))
+    if env.main:
+        _atomic_write(out / "summary.md", _summary(recipe, cfg, history, wall))
     evals = [{k: v for k, v in h.items() if k != "kind"} for h in history if h["kind"] == "eval"]
     return TrainResult(out, history, evals[0] if evals else {}, evals[-1] if evals else {}, wall)
 

@@ -516,6 +516,7 @@ def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Te
         use_cache=False,
         **kw,
     )
-    logits = out.logits[:, -(C + 1) : -1, :].float()  # positions P-1 .. P+C-2
+    logits = out.logits[:, -(C + 1) : -1, :]  # positions P-1 .. P+C-2
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up; float64 kept
     targets = input_ids[:, P:].to(dev)
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)

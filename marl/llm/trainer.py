@@ -26,6 +26,12 @@ for every ``loss_type`` (``grpo``: by its share of sequences; ``bnpo``: by its
 share of kept tokens; ``dr_grpo``: by its share of sequences with the
 full batch's completion width as the constant).
 
+Under ``torchrun`` (several processes, see :mod:`societas.marl.llm.parallel`)
+every rank is given the whole batch, computes the advantages on all of it,
+and trains on its own contiguous share of the rows with the same weights, so
+the ranks' gradients sum to the one-process gradient; ``GRPOConfig.sharding``
+chooses DDP or FSDP (torch's ``fully_shard``) to sum them.
+
 Checkpoints (:meth:`PolicyTrainer.save_checkpoint`) are directories holding
 ``ckpt-<step>-<id>/`` sub-directories and a ``LATEST`` file naming the
 complete one; each version is written to a temporary directory, renamed into
@@ -35,6 +41,7 @@ at any moment leaves the previous checkpoint loadable.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import os
@@ -48,9 +55,20 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 
 from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
 from societas.marl.llm.losses import LOSS_TYPES, policy_loss
+from societas.marl.llm.parallel import all_reduce_max, all_reduce_sum, broadcast_object, dist_env, own_slice
 from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
 
 __all__ = ["GRPOConfig", "PolicyTrainer"]
@@ -89,6 +107,12 @@ class GRPOConfig(BaseModel):
     epochs: int = Field(1, ge=1, description="optimizer steps per batch (mu)")
     seed: int = 0
     lora: dict[str, Any] | None = Field(None, description="peft.LoraConfig kwargs; None = full fine-tuning")
+    sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="with several processes (torchrun): 'ddp' keeps the whole model on every rank and "
+        "sums the gradients; 'fsdp' splits parameters, gradients and optimizer state over the ranks "
+        "(torch's fully_shard) for models whose training state does not fit one device",
+    )
 
     @model_validator(mode="after")
     def _dr_grpo_by_name(self) -> GRPOConfig:
@@ -178,6 +202,23 @@ class PolicyTrainer:
                 ) from e
             model = peft.get_peft_model(model, peft.LoraConfig(**self.config.lora))
         self.model = model
+        # Several processes: DDP wraps the module for the training forward passes (generation
+        # and the no-gradient passes use the module itself); FSDP shards it in place.
+        self.dist = dist_env()
+        self.fsdp = self.dist.distributed and self.config.sharding == "fsdp"
+        self._ddp: DistributedDataParallel | None = None
+        if self.fsdp:
+            if self.config.lora is not None:
+                raise ValueError(
+                    "GRPOConfig.sharding='fsdp' with lora is not supported: a LoRA adapter's training "
+                    "state is small, use sharding='ddp'"
+                )
+            _fully_shard(model)
+        elif self.dist.distributed:
+            dev = next(model.parameters()).device
+            self._ddp = DistributedDataParallel(
+                model, device_ids=[dev.index] if dev.type == "cuda" else None, forward_sync_buffers=False
+            )
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -277,16 +318,20 @@ class PolicyTrainer:
         mask = batch["completion_mask"]
         total_tokens = float(mask.sum())
         L = cfg.max_completion_length or C
-        micro = self._micro_batches(B, batch["input_ids"].shape[1])
+        micro = self._rank_micro_batches(B, batch["input_ids"].shape[1])
         was_training = self.model.training
 
         if not has_old:  # on-policy: recompute the behaviour log-probs before any update
             with torch.no_grad():
                 self.model.eval()
-                batch["old_logprobs"] = (
-                    torch.cat([sequence_logprobs(self.model, self._slice(batch, ix)) for ix in micro]).float()
-                    * mask
-                )
+                # float32 at least (bf16 models), the model's own precision above that
+                dtype = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
+                old = torch.zeros(mask.shape, dtype=dtype, device=dev)
+                for ix, _ in micro:
+                    old[ix] = sequence_logprobs(self.model, self._slice(batch, ix)).to(dtype)
+                batch["old_logprobs"] = old * mask
+        train_model = self._ddp if self._ddp is not None else self.model
+        scale = float(self.dist.world_size)  # DDP and FSDP average over ranks; the rows' weights sum
 
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "grad_norm": 0.0}
         try:
@@ -294,44 +339,52 @@ class PolicyTrainer:
             for _ in range(cfg.epochs):
                 self.optimizer.zero_grad(set_to_none=True)
                 ep = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
-                for ix in micro:
+                for j, (ix, live) in enumerate(micro):
                     mb = self._slice(batch, ix)
                     m = mb["completion_mask"]
-                    new = sequence_logprobs(self.model, mb)
-                    ref = None
-                    if cfg.kl_beta > 0:
-                        with torch.no_grad():
-                            ref = sequence_logprobs(self.ref_model, mb).to(new.device)
-                    loss, met = policy_loss(
-                        new,
-                        mb["old_logprobs"].to(new.device),
-                        adv[ix],
-                        m,
-                        ref_logp=ref,
-                        clip_eps=cfg.clip_eps,
-                        clip_eps_high=cfg.clip_eps_high,
-                        kl_beta=cfg.kl_beta,
-                        loss_type=cfg.loss_type,
-                        max_completion_length=L,
-                        num_items_in_batch=total_tokens,
-                    )
-                    if cfg.loss_type == "bnpo":
-                        w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
-                    elif cfg.loss_type == "dapo":  # already normalised by the step's tokens
-                        w = 1.0
-                    else:  # grpo, dr_grpo: mean over sequences
-                        w = len(ix) / B
-                    (loss * w).backward()
-                    ep["loss"] += float(loss.detach()) * w
-                    tw = float(m.sum()) / max(1.0, total_tokens)  # token-weighted metric means
-                    for k in ("kl", "clip_fraction", "ratio"):
-                        ep[k] += met[k] * tw
+                    sync = self._grad_sync(j == len(micro) - 1)
+                    with sync:
+                        new = sequence_logprobs(train_model, mb)
+                        ref = None
+                        if cfg.kl_beta > 0:
+                            with torch.no_grad():
+                                ref = sequence_logprobs(self.ref_model, mb).to(new.device)
+                        loss, met = policy_loss(
+                            new,
+                            mb["old_logprobs"].to(new.device),
+                            adv[ix],
+                            m,
+                            ref_logp=ref,
+                            clip_eps=cfg.clip_eps,
+                            clip_eps_high=cfg.clip_eps_high,
+                            kl_beta=cfg.kl_beta,
+                            loss_type=cfg.loss_type,
+                            max_completion_length=L,
+                            num_items_in_batch=total_tokens,
+                        )
+                        if not live:  # a rank with no rows left still joins the gradient sum
+                            w = 0.0
+                        elif cfg.loss_type == "bnpo":
+                            w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
+                        elif cfg.loss_type == "dapo":  # already normalised by the step's tokens
+                            w = 1.0
+                        else:  # grpo, dr_grpo: mean over sequences
+                            w = len(ix) / B
+                        (loss * (w * scale)).backward()
+                    if live:
+                        ep["loss"] += float(loss.detach()) * w
+                        tw = float(m.sum()) / max(1.0, total_tokens)  # token-weighted metric means
+                        for k in ("kl", "clip_fraction", "ratio"):
+                            ep[k] += met[k] * tw
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
-                gn = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+                gn = _full(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step_count += 1
                 ep["grad_norm"] = float(gn)
+                if self.dist.distributed:  # the ranks' shares of the batch's means
+                    keys = ("loss", "kl", "clip_fraction", "ratio")
+                    ep.update(zip(keys, all_reduce_sum([ep[k] for k in keys])))
                 for k in sums:
                     sums[k] += ep[k] / cfg.epochs
         finally:
@@ -379,21 +432,26 @@ class PolicyTrainer:
         if total == 0:
             raise ValueError("the samples' completion masks keep no token")
         B = mask.shape[0]
-        micro = self._micro_batches(B, batch["input_ids"].shape[1])
+        micro = self._rank_micro_batches(B, batch["input_ids"].shape[1])
+        train_model = self._ddp if self._ddp is not None else self.model
+        scale = float(self.dist.world_size)
         was_training = self.model.training
         loss_sum = 0.0
         try:
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
-            for ix in micro:
+            for j, (ix, live) in enumerate(micro):
                 mb = self._slice(batch, ix)
                 m = mb["completion_mask"]
-                lp = sequence_logprobs(self.model, mb)
-                loss = -(lp * m).sum() / total
-                loss.backward()
+                with self._grad_sync(j == len(micro) - 1):
+                    lp = sequence_logprobs(train_model, mb)
+                    loss = -(lp * m).sum() / total * (1.0 if live else 0.0)
+                    (loss * scale).backward()
                 loss_sum += float(loss.detach())
+            if self.dist.distributed:
+                loss_sum = all_reduce_sum([loss_sum])[0]
             max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
-            gn = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+            gn = _full(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step_count += 1
@@ -410,6 +468,34 @@ class PolicyTrainer:
             n = max(n, -(-rows // per))
         return [ix.to(self.device) for ix in torch.tensor_split(torch.arange(rows), min(n, rows)) if len(ix)]
 
+    def _rank_micro_batches(self, rows: int, width: int) -> list[tuple[torch.Tensor, bool]]:
+        """This rank's micro-batches of a ``rows``-row batch, each with whether it is real.
+
+        One process: :meth:`_micro_batches`. Several: the rank's contiguous share
+        of the rows, split the same way; every rank then runs as many
+        micro-batches as the busiest one (FSDP's forward passes and DDP's
+        gradient sum are collective), the extra ones on row 0 with weight 0.
+        """
+        if not self.dist.distributed:
+            return [(ix, True) for ix in self._micro_batches(rows, width)]
+        own = torch.arange(rows)[own_slice(rows, self.dist)]
+        micro = (
+            [(own[ix.cpu()].to(self.device), True) for ix in self._micro_batches(len(own), width)]
+            if len(own)
+            else []
+        )
+        count = all_reduce_max(len(micro))
+        pad = torch.zeros(1, dtype=torch.long, device=self.device)
+        return micro + [(pad, False)] * (count - len(micro))
+
+    def _grad_sync(self, last: bool) -> Any:
+        """Sum the gradients across ranks only with the last micro-batch of an optimizer step."""
+        if self._ddp is not None and not last:
+            return self._ddp.no_sync()
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
     @staticmethod
     def _slice(batch: dict[str, torch.Tensor], ix: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
@@ -421,9 +507,13 @@ class PolicyTrainer:
         only, with ``lora``) and the optimizer state. Before the first update AdamW holds
         no moments yet; they are counted as they will be after it (two per trainable
         parameter), so a run can check at its start that its checkpoints will fit."""
-        optimizer = tensor_nbytes(self.optimizer.state_dict()["state"])
-        if not self.optimizer.state:
-            optimizer = 2 * sum(p.numel() * p.element_size() for p in self.params)
+        # Counted from the parameters' global shapes: under FSDP each rank holds a shard,
+        # and the checkpoint holds them whole (the moments: two per trainable parameter).
+        moments = 2 * sum(p.numel() * p.element_size() for p in self.params)
+        if self.fsdp:
+            weights = sum(v.numel() * v.element_size() for v in self.model.state_dict().values())
+            return weights + moments
+        optimizer = tensor_nbytes(self.optimizer.state_dict()["state"]) if self.optimizer.state else moments
         return tensor_nbytes(self._weights_state()) + optimizer
 
     def _weights_state(self) -> dict[str, torch.Tensor]:
@@ -431,7 +521,30 @@ class PolicyTrainer:
             import peft  # noqa: PLC0415
 
             return peft.get_peft_model_state_dict(self.model)
+        if self.fsdp:  # gathered whole on rank 0 (a collective: every rank calls it)
+            full = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+            return {k: v for k, v in full.items() if isinstance(v, torch.Tensor)}
         return self.model.state_dict()
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on this rank (under FSDP gathered from every rank,
+        a collective that every rank calls)."""
+        if self.fsdp:
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            return {k: v for k, v in full.items() if isinstance(v, torch.Tensor)}
+        return self.model.state_dict()
+
+    def _optimizer_state(self) -> tuple[str, dict[str, Any]]:
+        """The optimizer state as saved: keyed by parameter name (``"fqn"``), whole, so that a
+        run resumes with any number of processes and either sharding; before the first
+        update (no moments yet) torch's own form, which holds only the hyper-parameters."""
+        if not self.optimizer.state:
+            return "torch", self.optimizer.state_dict()
+        return "fqn", get_optimizer_state_dict(
+            self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Save weights (the LoRA adapter only, with ``lora``), optimizer, step count and RNG state.
@@ -441,20 +554,46 @@ class PolicyTrainer:
         renamed when complete, then ``path/LATEST`` is atomically replaced to
         name it, and older versions are removed. Returns the version's path.
         """
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        name = f"ckpt-{self.step_count:08d}-{uuid.uuid4().hex[:8]}"
-        tmp = root / f".tmp-{name}"
+        state = self.checkpoint_state()
+        if not self.dist.distributed:
+            return self.write_checkpoint(path, state)
+        # Rank 0 writes; the others learn where, or its error (they would wait forever otherwise).
+        final: Path | None = None
+        error = None
+        if self.dist.main:
+            try:
+                final = self.write_checkpoint(path, state)
+            except Exception as exc:
+                error = exc
+        shared = broadcast_object((str(final) if final else None, f"{type(error).__name__}: {error}"))
+        if error is not None:
+            raise error
+        if shared[0] is None:
+            raise CheckpointError(f"rank 0 could not write the checkpoint under {path}: {shared[1]}")
+        return Path(shared[0])
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What :meth:`save_checkpoint` writes (under FSDP a collective: every rank calls it,
+        and only rank 0's has the weights and optimizer state)."""
         # No copies: torch.save writes synchronously, and tensors that share storage
         # (tied input and output embeddings) are then written once.
-        state = {
+        fmt, optimizer = self._optimizer_state()
+        return {
             "weights": _cpu_tensors(self._weights_state()),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
+            "optimizer_format": fmt,
             "step_count": self.step_count,
             "rng": _rng_state(),
             "config": self.config.model_dump(),
             "policy": self.policy,
         }
+
+    def write_checkpoint(self, path: str | Path, state: dict[str, Any]) -> Path:
+        """Write ``state`` (:meth:`checkpoint_state`) as the new version under ``path``."""
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        name = f"ckpt-{self.step_count:08d}-{uuid.uuid4().hex[:8]}"
+        tmp = root / f".tmp-{name}"
         owner = f" of policy {self.policy!r}" if self.policy is not None else ""
         what = f"the checkpoint{owner} at step {self.step_count}"
         check_free_space(root, tensor_nbytes(state), what)
@@ -502,9 +641,16 @@ class PolicyTrainer:
             import peft  # noqa: PLC0415
 
             peft.set_peft_model_state_dict(self.model, state["weights"])
+        elif self.fsdp:  # every rank reads the whole file and keeps its shard
+            set_model_state_dict(self.model, state["weights"], options=StateDictOptions(full_state_dict=True))
         else:
             self.model.load_state_dict(state["weights"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("optimizer_format") == "fqn":
+            set_optimizer_state_dict(
+                self.model, self.optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
+            )
+        else:  # torch's own form (saved before the first update, or by an earlier version)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.step_count = int(state["step_count"])
         _set_rng_state(state["rng"])
 
@@ -526,21 +672,47 @@ class PolicyTrainer:
         (LoRA adapters merged into a copy first) and it returns ``True``.
         """
         if callable(getattr(llm, "load_weights", None)):  # VLLMLLM: push the weights into the engine
-            source = (
-                copy.deepcopy(self.model).merge_and_unload() if self.config.lora is not None else self.model
+            weights = (
+                copy.deepcopy(self.model).merge_and_unload().state_dict()
+                if self.config.lora is not None
+                else self.full_state_dict()
             )
-            llm.load_weights({k: v.detach() for k, v in source.state_dict().items()})
+            llm.load_weights({k: v.detach() for k, v in weights.items()})
             return True
         target = llm.model
         shared = target is self.model or target is self.base_model
+        if shared and self.fsdp:
+            raise ValueError(
+                "under FSDP the trained module is sharded over the ranks and cannot generate on its own: "
+                "serve the policy from a separate full copy of the model (Backend does this)"
+            )
         if not shared:
             if self.config.lora is not None:
                 merged = copy.deepcopy(self.model).merge_and_unload()
                 target.load_state_dict(merged.state_dict())
             else:
-                target.load_state_dict(self.model.state_dict())
+                target.load_state_dict(self.full_state_dict())
         target.eval()
         return not shared
+
+
+# -- several processes ----------------------------------------------------------------------------
+
+
+def _fully_shard(model: torch.nn.Module) -> None:
+    """FSDP2 in place: each transformer block is its own unit (gathered for its forward and
+    freed after), the rest (embeddings, tied head, final norm) the root's; a model that does
+    not name its blocks (Hugging Face's ``_no_split_modules``) is sharded as one unit."""
+    block_names = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if module is not model and type(module).__name__ in block_names:
+            fully_shard(module)
+    fully_shard(model)
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor (FSDP's parameters, gradient norms) as one ordinary tensor on every rank."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 # -- checkpoint space ---------------------------------------------------------------------------
