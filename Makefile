@@ -20,7 +20,7 @@ cpu_torch = if $(1) install -q --no-index --no-deps torch==$(TORCH_CPU_VERSION) 
 	  $(1) install torch==$(TORCH_CPU_VERSION) --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
 	fi
 
-.PHONY: setup demo demo-society lint typecheck test test-fast test-vllm bench gpu-wheels gpu-check clean
+.PHONY: setup demo demo-society lint typecheck test test-fast browser test-vllm bench gpu-wheels gpu-check clean
 
 # vLLM lives in its own environment: its wheels pin torch/transformers and pull
 # packages that must not land in the main one.
@@ -76,10 +76,23 @@ typecheck: setup
 	@mkdir -p $(TYPECHECK) && for d in agents topology marl evolve; do ln -sfn ../../../$$d $(TYPECHECK)/$$d; done
 	$(VENV)/bin/mypy
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
 
-test-fast: setup
+# The HTML pages (evolution report, graph trace) are tested in a real browser: Debian's chromium,
+# driven by playwright with executable_path (no browser download). Installed here when missing
+# and possible (root with apt); otherwise those tests are skipped with the reason.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "[setup] installing chromium for the browser tests"; \
+	  ( apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ) \
+	    || echo "[setup] chromium could not be installed: the browser tests will be skipped"; \
+	else \
+	  echo "[setup] no chromium, and apt needs root: the browser tests will be skipped"; \
+	fi
+
+test-fast: setup browser
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup

@@ -1,11 +1,17 @@
-"""Shared fixtures: the embedded model (loaded once per session) and a tiny
-randomly initialised Llama that shares its tokenizer (fast, for exact checks)."""
+"""Shared fixtures: the embedded model (loaded once per session), a tiny
+randomly initialised Llama that shares its tokenizer (fast, for exact checks),
+and a headless Chromium for the HTML pages (``page``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
+
+# Screenshots the browser tests keep, to be looked at (ignored by git).
+ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -50,3 +56,70 @@ def tiny_llm(embedded_dir):
     )
     model = LlamaForCausalLM(cfg)
     return TransformersLLM(model, tok, device="cpu", name="tiny")
+
+
+def _chromium() -> str | None:
+    return os.environ.get("SOCIETAS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium driven by playwright (``make test`` installs it where it can);
+    skipped with the reason where it is missing."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no chromium on this machine (Debian's chromium package; make test installs it as root)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright; it is in the test extra)")
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+    except Exception:
+        pw.stop()
+        raise
+    yield b
+    b.close()
+    pw.stop()
+
+
+class Page:
+    """A fresh page with every console error and uncaught exception collected in ``errors``
+    and every request off the local file system refused (the pages must work offline)."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page = context.new_page()
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+
+        def route(r) -> None:
+            url = r.request.url
+            if url.startswith(("file:", "data:", "blob:", "about:")):
+                r.continue_()
+            else:
+                self.requests.append(url)
+                r.abort()
+
+        context.route("**/*", route)
+
+    def open(self, path: str | Path) -> None:
+        self.page.goto(Path(path).resolve().as_uri())
+        self.page.wait_for_load_state("load")
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        out = ARTIFACTS / name
+        self.page.screenshot(path=str(out), full_page=False)
+        return out
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    p = Page(ctx)
+    yield p
+    ctx.close()
