@@ -92,27 +92,14 @@ RECIPE_RUNS = {
 def test_train_recipe_example(recipe, tmp_path):
     out = tmp_path / recipe
     sft = "0" if recipe == "selfplay" else "1"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_recipe.py"),
-            recipe,
-            "--steps",
-            "1",
-            "--sft-steps",
-            sft,
-            "--eval-every",
-            "1",
-            "--recipe",
-            json.dumps(RECIPE_RUNS[recipe]),
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    cmd = [sys.executable, str(ROOT / "examples" / "train_recipe.py"), recipe, "--steps", "1"]
+    cmd += ["--sft-steps", sft, "--eval-every", "1", "--recipe", json.dumps(RECIPE_RUNS[recipe])]
+    cmd += ["--out", str(out), "--lora", "4"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cmd, *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+    r = run()
     assert r.returncode == 0, r.stderr[-3000:]
     assert "held-out reward" in r.stdout
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -121,6 +108,21 @@ def test_train_recipe_example(recipe, tmp_path):
     assert all("reward" in x for x in rows if x["kind"] == "eval")
     assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint" / "LATEST").exists() and (out / "summary.md").exists()
+    # LoRA: the checkpoint holds the adapters and their moments, not 1.5 GiB of full fine-tuning state.
+    size = sum(f.stat().st_size for f in (out / "checkpoint").rglob("*") if f.is_file())
+    assert 0 < size < 64 << 20, size
+    if recipe != "selfplay":
+        return
+    # Run again into the same directory: refused with what to do, then continued or restarted.
+    r = run()
+    assert r.returncode == 2 and "--resume continues it, --overwrite starts afresh" in r.stderr
+    r = run("--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [json.loads(x)["kind"] for x in (out / "metrics.jsonl").read_text().splitlines()] == kinds
+    (out / "marker").write_text("old")
+    r = run("--overwrite")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (out / "marker").exists() and (out / "checkpoint" / "LATEST").exists()
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
