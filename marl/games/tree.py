@@ -26,9 +26,11 @@ and the format version of this module.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import os
+import random
 import re
 import tempfile
 import time
@@ -72,8 +74,24 @@ def _openspiel_version() -> str:
         return "unknown"
 
 
+def unknown_game_message(game: str) -> str | None:
+    """Why OpenSpiel does not know ``game``'s name (close matches first, then every
+    registered name once), or ``None`` when it is registered."""
+    name = game.split("(", 1)[0].strip()
+    known = sorted(pyspiel.registered_names())
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"unknown game {name!r}{hint} (OpenSpiel has {len(known)} games: {', '.join(known)})"
+
+
 def load_openspiel_game(game: str):
     """Load ``game`` with OpenSpiel; simultaneous games become turn-based."""
+    # Checked here: OpenSpiel itself prints its whole list of games to stderr before raising,
+    # which then appeared twice.
+    if (problem := unknown_game_message(game)) is not None:
+        raise GameTreeError(problem)
     try:
         g = pyspiel.load_game(game)
     except Exception as exc:  # pyspiel raises a plain RuntimeError
@@ -130,10 +148,63 @@ def _too_big(game: str, max_nodes: int) -> str:
     )
 
 
+def estimate_histories(game: Any, probes: int = 256, seed: int = 0, cap: float = 1e18) -> float:
+    """Knuth's estimate of a game's number of histories from ``probes`` random playouts.
+
+    Along one playout, the product of the branching factors met so far
+    estimates the number of histories at each depth; their sum over depths,
+    averaged over playouts, is an unbiased estimate of the tree's size (heavy
+    tails make a finite average low rather than high). Milliseconds for the
+    poker games; chess reaches ``cap`` within a few moves.
+    """
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(probes):
+        state = game.new_initial_state()
+        est = width = 1.0
+        while not state.is_terminal() and est < cap:
+            if state.is_chance_node():
+                actions = [a for a, _ in state.chance_outcomes()]
+            else:
+                actions = state.legal_actions()
+            width *= len(actions)
+            est += width
+            state.apply_action(rng.choice(actions))
+        total += min(est, cap)
+    return total / probes
+
+
+# Trees estimated larger than this are built with a warning and progress lines.
+_BIG_TREE = 1_000_000
+_PROGRESS_EVERY_S = 10.0
+
+
 def expand_game_tree(game_string: str, max_nodes: int, game=None) -> TreeArrays:
     """Expand a game depth first. ``game`` defaults to OpenSpiel's game for
-    ``game_string``; any object with OpenSpiel's state interface works."""
+    ``game_string``; any object with OpenSpiel's state interface works.
+
+    The size is estimated first (:func:`estimate_histories`): a game estimated
+    at more than twice ``max_nodes`` is refused at once, with the estimate and
+    the limit, instead of after minutes of expansion; a big one is announced
+    and its expansion reports progress.
+    """
     game = load_openspiel_game(game_string) if game is None else game
+    estimate = estimate_histories(game)
+    if estimate > 2 * max_nodes:
+        raise GameTreeError(
+            f"game {game_string!r} has about {estimate:.2g} histories (estimated from random playouts), "
+            f"more than max_nodes={max_nodes:,}: its tree does not fit this engine's memory budget "
+            "(about 200 bytes per history on the device; raise max_nodes if the machine has the memory)"
+        )
+    big = estimate > _BIG_TREE
+    if big:
+        logger.warning(
+            "building the tree of %s: about %.2g histories (estimated), which takes a while; "
+            "it is cached on disk afterwards",
+            game_string,
+            estimate,
+        )
+    next_report = time.perf_counter() + _PROGRESS_EVERY_S
     n_players = game.num_players()
     parent: list[int] = []
     depth: list[int] = []
@@ -161,6 +232,9 @@ def expand_game_tree(game_string: str, max_nodes: int, game=None) -> TreeArrays:
         nid = len(parent)
         if nid >= max_nodes:
             raise GameTreeError(_too_big(game_string, max_nodes))
+        if big and nid % 65536 == 0 and time.perf_counter() > next_report:
+            logger.warning("building the tree of %s: %d histories so far", game_string, nid)
+            next_report = time.perf_counter() + _PROGRESS_EVERY_S
         parent.append(par)
         depth.append(d)
         slot.append(sl)

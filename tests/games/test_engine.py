@@ -3,6 +3,8 @@ CFR-family average policies, Kuhn's game value, batching and the tree cache."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyspiel
 import pytest
@@ -274,12 +276,55 @@ def test_tree_shape_facts():
 def test_refuses_what_it_cannot_handle():
     with pytest.raises(GameTreeError, match="max_nodes"):
         load_game("leduc_poker", "cpu", cache=False, max_nodes=100)
-    with pytest.raises(GameTreeError, match="cannot load"):
+    with pytest.raises(GameTreeError, match="unknown game 'no_such_game_xyz'"):
         load_game("no_such_game_xyz", "cpu")
     with pytest.raises(ValueError, match="unknown CFR algorithm"):
         CFRSolver("kuhn_poker", "cfr-unknown", device="cpu")
     with pytest.raises(ValueError, match="policy must have shape"):
         evaluate(load_game("kuhn_poker", "cpu"), torch.ones(1, 3, 2))
+
+
+def test_an_unknown_game_names_close_matches_first_and_the_list_once(capfd):
+    with pytest.raises(GameTreeError) as err:
+        load_game("kuhn_pokr(players=3)", "cpu")
+    msg = str(err.value)
+    assert msg.startswith("unknown game 'kuhn_pokr'; did you mean kuhn_poker")
+    listed = msg.split("games: ", 1)[1].rstrip(")").split(", ")
+    assert listed.count("chess") == 1 and "games: " not in msg.split("games: ", 1)[1]  # the list, once
+    assert len(listed) > 50
+    out, errout = capfd.readouterr()
+    assert "leduc_poker" not in out + errout  # OpenSpiel did not print its own copy
+
+
+@pytest.mark.parametrize("game", ["kuhn_poker(players=9)", "chess"])
+def test_a_huge_game_is_refused_at_once_with_its_estimated_size(game):
+    t0 = time.perf_counter()
+    with pytest.raises(GameTreeError) as err:
+        load_game(game, "cpu", cache=False)
+    assert time.perf_counter() - t0 < 30  # not after minutes of expansion
+    msg = str(err.value)
+    assert "histories (estimated from random playouts)" in msg and "max_nodes=30,000,000" in msg
+    size = float(msg.split("has about ")[1].split(" histories")[0])
+    assert size > 1e9
+
+
+def test_size_estimate_is_close_on_known_trees():
+    from societas.marl.games.tree import estimate_histories, load_openspiel_game
+
+    for game, histories in (("kuhn_poker", 58), ("leduc_poker", 9457), ("tic_tac_toe", 549946)):
+        est = estimate_histories(load_openspiel_game(game))
+        assert histories / 2 < est < histories * 2, (game, est)
+
+
+def test_a_big_tree_reports_progress_while_it_is_built(monkeypatch, caplog):
+    monkeypatch.setattr("societas.marl.games.tree._BIG_TREE", 100)
+    monkeypatch.setattr("societas.marl.games.tree._PROGRESS_EVERY_S", 0.0)
+    with caplog.at_level("WARNING", logger="societas.marl.games.tree"):
+        tree = load_game("leduc_poker", "cpu", cache=False)
+    assert tree.num_nodes == 9457
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("about" in m and "histories (estimated)" in m for m in lines), lines
+    assert any("histories so far" in m for m in lines), lines
 
 
 class _ForgetfulState:
