@@ -26,8 +26,21 @@ Run directory: ``config.yaml`` (resolved), ``run.json`` (task, seed),
 ``programs.db`` (SQLite, WAL), ``metrics.jsonl``, ``best_program.py`` (the
 program the run returns: the best on the task's validation games when it
 has them, see :mod:`societas.evolve.selection`, else the best on training),
-``run.lock`` and, from :mod:`societas.evolve.report`, ``summary.md`` and
-``plots/``.
+``run.lock``, ``tensorboard/`` (TensorBoard event files, unless the
+controller is made with ``tensorboard=False``; see below) and, from
+:mod:`societas.evolve.report`, ``summary.md`` and ``plots/``.
+
+TensorBoard points are at the iteration: each child's ``search/fitness``
+(evaluated ones), ``search/best_fitness`` (as in ``metrics.jsonl``) and
+``search/eval_seconds``; after the seeds (step 0) and after each batch (its
+last iteration) ``islands/<i>/best_fitness``, ``islands/<i>/mean_fitness`` and
+``islands/<i>/size``, ``search/evaluations_per_min`` (that batch's
+evaluations over its wall time), the running counts ``search/evaluated``,
+``search/failed``, ``search/mutation_failed`` and ``search/failure_rate``, and
+per mutation kind ``operators/<kind>/improved_rate`` (children that beat their
+parent's fitness, the operator's success rate), ``operators/<kind>/valid_rate``
+and ``operators/<kind>/children``. A resumed run replays its stored programs
+without writing them again and purges the points from the interrupted batch on.
 
 A run directory has one writer: while a :class:`Controller` works on it, it
 holds an advisory ``flock`` on ``run.lock`` (which holds its PID), and a
@@ -55,6 +68,7 @@ from typing import IO, Any
 import yaml
 
 from societas.agents.documents import DocumentError, load_json_file
+from societas.marl.board import Board, open_board
 
 from .blocks import BlockLibrary
 from .config import EvolveConfig, SandboxBackend, load_config
@@ -221,8 +235,12 @@ class Controller:
         executor: Executor | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         lock: RunLock | None = None,
+        tensorboard: bool = True,
     ) -> None:
-        """Open (or create) ``run_dir`` and take its lock (``lock``: one already taken on it)."""
+        """Open (or create) ``run_dir`` and take its lock (``lock``: one already taken on it).
+
+        ``tensorboard=False``: no TensorBoard event files (``run_dir/tensorboard/``).
+        """
         self.task = task
         self.config = config
         self.run_dir = Path(run_dir)
@@ -267,6 +285,10 @@ class Controller:
         self._rung_stage = stages[-2] if len(stages) >= 2 else None
         self._rung_scores: list[float] = []
         self._cmaes_children: dict[str, list[Program]] = {}
+        self.tensorboard = tensorboard
+        self.board = Board()  # open while run() works
+        # Per mutation kind: children, valid (a program came out), evaluated (ok), improved on the parent.
+        self._operators: dict[str, dict[str, int]] = {}
 
     # ------------------------------------------------------------- run files
 
@@ -348,10 +370,22 @@ class Controller:
 
     def run(self) -> RunResult:
         """Run until ``max_iterations`` iterations are committed; safe to call again after a crash."""
+        try:
+            return self._run()
+        finally:
+            self.board.close()
+
+    def _run(self) -> RunResult:
         stored = {p.iteration: p for p in self.store.programs()}
         batch = self.config.effective_batch_size
         max_iter = self.config.max_iterations
         start = self._first_open_batch(stored, batch)
+        # The event files of an earlier session hold every point before ``start``: those of the
+        # interrupted batch on are purged, and the replay below writes nothing again.
+        self.board.close()
+        self.board = open_board(self.run_dir, enabled=self.tensorboard, purge_step=start)
+        replay_to_board = not self.board.continued
+        self._operators = {}
         metrics_path = self.run_dir / "metrics.jsonl"
         metrics_path.write_text("", encoding="utf-8")
         self.committed = sum(1 for i in stored if i > 0)
@@ -370,7 +404,9 @@ class Controller:
                 stored[-index] = self._evaluate_seed(code, -index, name)
         # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.
         order = sorted((i for i in stored if i < start), key=lambda i: (i != 0, i > 0, abs(i)))
-        self._apply([stored[i] for i in order])
+        self._apply([stored[i] for i in order], to_board=replay_to_board)
+        if replay_to_board:
+            self._board_batch(start - 1)
         due = self.validator.due(self.population)
         logger.info(
             "run %s: seed fitness %s, starting at iteration %d of %d",
@@ -395,10 +431,13 @@ class Controller:
                 break
             iterations = list(range(start, min(start + batch, max_iter + 1)))
             done = {i: stored[i] for i in iterations if i in stored}
+            began_batch = time.monotonic()
             # Programs due for validation are scored alongside this batch's children (validation never
             # feeds the search, so this changes no program, only when the records arrive).
             new = self._run_batch([i for i in iterations if i not in done], due, iterations[0] - 1)
             self._apply(sorted([*done.values(), *new], key=lambda p: p.iteration))
+            evaluations = sum(p.status != "mutation_failed" for p in new)
+            self._board_batch(iterations[-1], evaluations, time.monotonic() - began_batch)
             due = self.validator.due(self.population)
             self._write_best()
             start = iterations[-1] + 1
@@ -705,10 +744,12 @@ class Controller:
                 }
             )
 
-    def _apply(self, programs: list[Program]) -> None:
-        """Enter programs into the islands in iteration order and log them to metrics.jsonl."""
+    def _apply(self, programs: list[Program], *, to_board: bool = True) -> None:
+        """Enter programs into the islands in iteration order and log them to metrics.jsonl
+        (and, with ``to_board``, to the TensorBoard event files)."""
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as log:
             for program in programs:
+                self._count_operator(program)
                 self.population.add(program)
                 rung = program.stage_scores.get(self._rung_stage) if self._rung_stage else None
                 if program.status == "ok" and rung is not None:
@@ -719,6 +760,16 @@ class Controller:
                 if origin is not None:
                     self._cmaes_children.setdefault(origin, []).append(program)
                 best = self.population.best()
+                if to_board and program.iteration > 0:
+                    self.board.scalars(
+                        {
+                            "fitness": program.fitness,
+                            "best_fitness": best.fitness if best else None,
+                            "eval_seconds": program.eval_seconds,
+                        },
+                        program.iteration,
+                        prefix="search/",
+                    )
                 log.write(
                     json.dumps(
                         {
@@ -736,6 +787,53 @@ class Controller:
                     )
                     + "\n"
                 )
+
+    def _count_operator(self, program: Program) -> None:
+        """Count a child (iteration > 0) for its mutation kind (before it enters the islands)."""
+        if program.iteration <= 0:
+            return
+        row = self._operators.setdefault(
+            str(program.mutation.get("kind", "?")), {"children": 0, "valid": 0, "evaluated": 0, "improved": 0}
+        )
+        row["children"] += 1
+        row["valid"] += program.status != "mutation_failed"
+        row["evaluated"] += program.ok
+        parent = self.population.programs.get(program.parent_id or "")
+        row["improved"] += bool(
+            program.fitness is not None
+            and parent is not None
+            and parent.fitness is not None
+            and program.fitness > parent.fitness
+        )
+
+    def _board_batch(self, step: int, evaluations: int | None = None, seconds: float = 0.0) -> None:
+        """The islands, the counts and the operators' rates at iteration ``step`` (after a batch)."""
+        if not self.board.enabled:
+            return
+        values: dict[str, float | None] = {}
+        programs = self.population.programs
+        for island in self.population.islands:
+            fits = [f for f in (programs[pid].fitness for pid in island.members) if f is not None]
+            key = f"islands/{island.index}"
+            values[f"{key}/best_fitness"] = max(fits) if fits else None
+            values[f"{key}/mean_fitness"] = sum(fits) / len(fits) if fits else None
+            values[f"{key}/size"] = len(island.members)
+        if step <= 0:  # a child's point holds it from iteration 1 on
+            best = self.population.best()
+            values["search/best_fitness"] = best.fitness if best else None
+        if evaluations is not None and seconds > 0:
+            values["search/evaluations_per_min"] = 60.0 * evaluations / seconds
+        ok, failed, bad = self.counts["ok"], self.counts["failed"], self.counts["mutation_failed"]
+        values["search/evaluated"] = ok + failed
+        values["search/failed"] = failed
+        values["search/mutation_failed"] = bad
+        values["search/failure_rate"] = (failed + bad) / (ok + failed + bad) if ok + failed + bad else None
+        for kind, row in self._operators.items():
+            values[f"operators/{kind}/children"] = row["children"]
+            values[f"operators/{kind}/valid_rate"] = row["valid"] / row["children"]
+            values[f"operators/{kind}/improved_rate"] = row["improved"] / row["children"]
+        self.board.scalars(values, step)
+        self.board.flush()  # a batch takes seconds to minutes: a live TensorBoard shows each one
 
     def result(self) -> RunResult:
         programs = self.store.programs()
@@ -761,6 +859,7 @@ class Controller:
     def close(self) -> None:
         """Stop the executor, close the store and release the run directory's lock."""
         try:
+            self.board.close()
             self._side.shutdown(wait=True)
             if self.pool is not None:
                 self.pool.close()

@@ -13,6 +13,13 @@ a run directory::
       learning_curve.png  return (and messages per step) against env steps
       eval.json           greedy evaluation of the final policy
       summary.md          a short human-readable report
+      tensorboard/        TensorBoard event files (``tensorboard=False``: none), at env steps:
+                          rollout/mean_episode_return, rollout/std_episode_return,
+                          rollout/mean_episode_length, rollout/episodes,
+                          comm/messages_per_step, losses/{policy_loss, value_loss, entropy,
+                          approx_kl, clipfrac, grad_norm, explained_variance},
+                          perf/{sps, rollout_s, update_s, wall_s}, train/update, and the
+                          greedy evaluation as eval/{return_mean, return_std, messages_per_step}
 
 ``metrics.jsonl`` is flushed after every update and ``model.pt`` is replaced
 atomically, so killing a run loses no saved work. :func:`evaluate` runs a
@@ -39,6 +46,7 @@ import yaml
 from mpe2 import simple_speaker_listener_v4
 from pydantic import ValidationError
 
+from societas.marl.board import Board, open_board
 from societas.marl.progress import progress_bar
 from societas.topology.errors import spec_error_from_validation
 
@@ -220,11 +228,13 @@ def train_comm(
     eval_episodes: int = 100,
     checkpoint_every: int = 10,
     final_window: int = 5,
+    tensorboard: bool = True,
 ) -> TrainResult:
     """Train ``config`` and write the run directory ``out_dir`` (see the module
     docstring). ``env`` overrides the env built from the config (tests);
     ``eval_episodes=0`` skips the greedy evaluation. ``final_return`` is the
-    mean of the last ``final_window`` updates' mean episode returns."""
+    mean of the last ``final_window`` updates' mean episode returns.
+    ``tensorboard=False`` writes no event files."""
     cfg = config if isinstance(config, MAPPOConfig) else MAPPOConfig.model_validate(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -241,31 +251,46 @@ def train_comm(
         n_updates,
         cfg.steps_per_update,
     )
-    with open(out / "metrics.jsonl", "w") as mf, progress_bar(progress, field="info") as bar:
-        task = bar.add_task(f"{cfg.algo}+{cfg.comm}", total=n_updates, info="")
-        for m in algo.train_iter(n_updates):
-            m["wall_s"] = time.perf_counter() - t0
-            history.append(m)
-            mf.write(json.dumps(m) + "\n")
-            mf.flush()
-            if checkpoint_every and m["update"] % checkpoint_every == 0:
-                save_checkpoint(algo, out / "model.pt")
-            bar.update(
-                task,
-                advance=1,
-                info=f"return {_fmt(m['mean_episode_return'])} msgs {m['messages_per_step']:.1f}",
-            )
-    save_checkpoint(algo, out / "model.pt")
-    wall = time.perf_counter() - t0
+    # A run starts over in its directory (metrics.jsonl is rewritten): earlier event files' points are purged.
+    board = open_board(out, enabled=tensorboard, purge_step=0)
+    try:
+        with open(out / "metrics.jsonl", "w") as mf, progress_bar(progress, field="info") as bar:
+            task = bar.add_task(f"{cfg.algo}+{cfg.comm}", total=n_updates, info="")
+            for m in algo.train_iter(n_updates):
+                m["wall_s"] = time.perf_counter() - t0
+                history.append(m)
+                mf.write(json.dumps(m) + "\n")
+                mf.flush()
+                _board_update(board, m)
+                if checkpoint_every and m["update"] % checkpoint_every == 0:
+                    save_checkpoint(algo, out / "model.pt")
+                bar.update(
+                    task,
+                    advance=1,
+                    info=f"return {_fmt(m['mean_episode_return'])} msgs {m['messages_per_step']:.1f}",
+                )
+        save_checkpoint(algo, out / "model.pt")
+        wall = time.perf_counter() - t0
 
-    tail = history[-final_window:]
-    rets = [m["mean_episode_return"] for m in tail if m["mean_episode_return"] is not None]
-    if eval_episodes > 0:
-        ev = evaluate(
-            algo, eval_episodes, seed=cfg.seed + 10_007, env=None if env is None else _fresh_like(env)
+        tail = history[-final_window:]
+        rets = [m["mean_episode_return"] for m in tail if m["mean_episode_return"] is not None]
+        if eval_episodes > 0:
+            ev = evaluate(
+                algo, eval_episodes, seed=cfg.seed + 10_007, env=None if env is None else _fresh_like(env)
+            )
+        else:
+            ev = {"mean": None, "std": None, "episodes": 0, "messages_per_step": None}
+        board.scalars(
+            {
+                "return_mean": ev["mean"],
+                "return_std": ev["std"],
+                "messages_per_step": ev["messages_per_step"],
+            },
+            algo.env_steps,
+            prefix="eval/",
         )
-    else:
-        ev = {"mean": None, "std": None, "episodes": 0, "messages_per_step": None}
+    finally:
+        board.close()
     _atomic_write_text(out / "eval.json", json.dumps(ev, indent=2))
 
     plot_learning_curve(
@@ -305,6 +330,35 @@ def train_comm(
     return res
 
 
+# TensorBoard sections of the per-update metrics (any other key goes under train/).
+_BOARD_GROUPS = {
+    "mean_episode_return": "rollout",
+    "std_episode_return": "rollout",
+    "mean_episode_length": "rollout",
+    "episodes": "rollout",
+    "messages_per_step": "comm",
+    "policy_loss": "losses",
+    "value_loss": "losses",
+    "entropy": "losses",
+    "approx_kl": "losses",
+    "clipfrac": "losses",
+    "grad_norm": "losses",
+    "explained_variance": "losses",
+    "sps": "perf",
+    "rollout_s": "perf",
+    "update_s": "perf",
+    "wall_s": "perf",
+}
+
+
+def _board_update(board: Board, m: dict[str, Any]) -> None:
+    """One update's metrics as TensorBoard points at its env step count (``section/key``)."""
+    step = int(m["env_steps"])
+    for key, value in m.items():
+        if key != "env_steps":
+            board.scalar(f"{_BOARD_GROUPS.get(key, 'train')}/{key}", value, step)
+
+
 def _fresh_like(env):
     """An evaluation env for a user-supplied training env: ``env.clone()`` when it
     has one, else the env itself (it is reset by :func:`evaluate`)."""
@@ -326,6 +380,7 @@ def run_cli_training(
     eval_episodes: int = 100,
     progress: bool = True,
     config_overrides: dict[str, Any] | None = None,
+    tensorboard: bool = True,
 ) -> TrainResult:
     """The function behind ``python -m societas.marl train comm``: validates the names
     (``ValueError`` naming the bad value and the known ones) and trains."""
@@ -353,7 +408,7 @@ def run_cli_training(
     except ValidationError as exc:
         # One line naming the field and what is wrong, like every other settings error.
         raise spec_error_from_validation(exc, MAPPOConfig) from None
-    return train_comm(cfg, out, progress=progress, eval_episodes=eval_episodes)
+    return train_comm(cfg, out, progress=progress, eval_episodes=eval_episodes, tensorboard=tensorboard)
 
 
 def benchmark_train_throughput(

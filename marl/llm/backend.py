@@ -57,6 +57,7 @@ class TrainConfig(BaseModel):
     serve_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="VLLMLLM arguments (max_model_len, ...)"
     )
+    tensorboard: bool = Field(True, description="write TensorBoard event files into RUN_DIR/tensorboard")
     rollout_workers: int = Field(0, ge=0, description="Ray actors for rollouts (0: in this process)")
     ray_address: str | None = Field(
         None,

@@ -35,7 +35,13 @@ reward and held-out reward against steps, redrawn at each evaluation and
 when the run ends or stops), ``summary.md`` and
 ``checkpoint/`` (every policy's weights, optimizer and RNG state with the
 loop's position, written atomically: a kill leaves the previous checkpoint
-loadable, and ``resume=True`` continues from it). A full-fine-tuning
+loadable, and ``resume=True`` continues from it) and ``tensorboard/`` (the
+same rows as TensorBoard event files, at the loop's step, unless
+``tensorboard=False``: ``<policy>/<metric>`` for each trained policy's update
+metrics as named in ``metrics.jsonl`` plus ``<policy>/update_tokens_per_s``;
+``train/<metric>``, ``sft/<metric>`` and ``eval/<metric>`` for the rest, and
+``train/rollout_tokens_per_s``; a resumed run purges the points of the steps
+it redoes, see :mod:`societas.marl.board`). A full-fine-tuning
 checkpoint holds the weights and AdamW's two moments, about 12 bytes per
 parameter (1.5 GiB for the 135M embedded model); the run checks at its start
 and before each save that it fits on the disk and otherwise stops with a
@@ -63,6 +69,7 @@ from matplotlib.figure import Figure
 
 from societas.agents.documents import load_json_file
 from societas.agents.llm.base import encode_with_tokenizer
+from societas.marl.board import Board, open_board
 from societas.marl.llm.advantages import HopGroup, group_ids, raw_singletons
 from societas.marl.llm.backend import Backend, TrainConfig
 from societas.marl.llm.distributed import RayRollouts
@@ -341,8 +348,12 @@ def train(
     *,
     resume: bool = False,
     progress: bool = False,
+    tensorboard: bool = True,
 ) -> TrainResult:
     """Train ``recipe``'s policies; write the run directory ``out`` (see the module docstring).
+
+    ``tensorboard=False`` (or ``TrainConfig.tensorboard``) writes no TensorBoard event files
+    (``out/tensorboard/``).
 
     ``config`` given as a mapping is validated first: a bad value raises
     :class:`~societas.marl.llm.settings.SettingsError` naming it (``train.grpo.lr: ...``).
@@ -353,14 +364,21 @@ def train(
     cfg = validate_settings(TrainConfig, config, "train")
     env, owned = init_from_env(cfg.device)
     try:
-        return _train(recipe, cfg, Path(out), env, resume=resume, progress=progress)
+        return _train(recipe, cfg, Path(out), env, resume=resume, progress=progress, tensorboard=tensorboard)
     finally:
         if owned:
             shutdown()
 
 
 def _train(
-    recipe: Recipe, cfg: TrainConfig, out: Path, env: DistEnv, *, resume: bool, progress: bool
+    recipe: Recipe,
+    cfg: TrainConfig,
+    out: Path,
+    env: DistEnv,
+    *,
+    resume: bool,
+    progress: bool,
+    tensorboard: bool = True,
 ) -> TrainResult:
     ckpt_root = out / "checkpoint"
     if env.distributed and cfg.rollout_workers > 0:
@@ -414,10 +432,16 @@ def _train(
         }
         _atomic_write(out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
+    board = Board()  # opened (rank 0) just before the loop's steps, closed when they end or stop
+    extra: dict[str, float] = {}  # TensorBoard-only figures of the row being made (tokens/s)
+
     def log_row(row: dict[str, Any]) -> None:
         history.append(row)
         if env.main:
             _append_jsonl(metrics_path, [row])
+            _board_row(board, row, extra)
+            board.flush()  # a step takes seconds to minutes: a live TensorBoard shows each one
+        extra.clear()
 
     plot_path, plot_title = out / "reward.png", f"{recipe.name} (seed {cfg.seed})"
     drawn = -1  # rows of history in plot_path (-1: not drawn by this call yet)
@@ -442,6 +466,13 @@ def _train(
     bar.start()
     task_id = bar.add_task(recipe.name, total=total, completed=min(start, total), reward="")
     try:
+        # Points of steps after the checkpoint (an interrupted session's) are purged: they are redone.
+        board = open_board(
+            out, enabled=tensorboard and cfg.tensorboard and env.main, purge_step=start + 1 if state else 0
+        )
+        if state is not None and not board.continued:  # no earlier event files: draw the kept steps
+            for old in history:
+                _board_row(board, old, {})
         if cfg.rollout_workers > 0:
             pool = RayRollouts(
                 recipe,
@@ -467,7 +498,9 @@ def _train(
                 if not by_pol:
                     raise ValueError(f"recipe {recipe.name!r} has no SFT data; set sft_steps=0")
                 for pol, samples in by_pol.items():
+                    t_pol = time.perf_counter()
                     m = backend.trainers[pol].sft_step(samples)
+                    extra[f"{pol}/update_tokens_per_s"] = _rate(m.get("tokens"), time.perf_counter() - t_pol)
                     backend.sync(pol)
                     row.update({f"{pol}/{k}": v for k, v in m.items()})
                 if step + 1 == cfg.sft_steps:
@@ -479,7 +512,11 @@ def _train(
                 episodes = recipe.train_episodes(gstep, episode_seed(cfg.seed, "train", gstep))
                 t_gen = time.perf_counter()
                 results = _run(recipe, backend, pool, episodes, train=True)
-                row["rollout_s"] = round(time.perf_counter() - t_gen, 2)
+                gen_s = time.perf_counter() - t_gen
+                row["rollout_s"] = round(gen_s, 2)
+                # Tokens the policies sampled (frozen roles' completions are not recorded).
+                sampled = sum(len(s.completion_ids) for r in results for s in r.samples)
+                extra["rollout_tokens_per_s"] = _rate(sampled, gen_s)
                 row.update(_mean_metrics(results))
                 if env.main:
                     _append_jsonl(
@@ -503,7 +540,9 @@ def _train(
                     if float(adv.abs().max()) == 0.0:
                         row[f"{pol}/skipped"] = "all advantages are zero (equal rewards within every group)"
                         continue
+                    t_pol = time.perf_counter()
                     m = backend.trainers[pol].step(samples, rt, groups)
+                    extra[f"{pol}/update_tokens_per_s"] = _rate(m.get("tokens"), time.perf_counter() - t_pol)
                     backend.sync(pol)
                     row.update({f"{pol}/{k}": v for k, v in m.items()})
                 row["update_s"] = round(time.perf_counter() - t_upd, 2)
@@ -529,6 +568,7 @@ def _train(
         raise
     finally:
         bar.stop()
+        board.close()
         if pool is not None:
             pool.close()
     wall = time.perf_counter() - t_start
@@ -537,6 +577,20 @@ def _train(
         _atomic_write(out / "summary.md", _summary(recipe, cfg, history, wall))
     evals = [{k: v for k, v in h.items() if k != "kind"} for h in history if h["kind"] == "eval"]
     return TrainResult(out, history, evals[0] if evals else {}, evals[-1] if evals else {}, wall)
+
+
+def _rate(amount: Any, seconds: float) -> float:
+    return float(amount) / seconds if amount is not None and seconds > 0 else float("nan")
+
+
+def _board_row(board: Board, row: dict[str, Any], extra: dict[str, float]) -> None:
+    """A metrics row as TensorBoard points at its step: a key with a ``/`` (a policy's metric,
+    ``p/loss``) is its own tag, any other key gets the row's kind (``train/reward``,
+    ``eval/reward``, ``sft/time_s``); ``extra`` holds figures that only TensorBoard gets."""
+    step, kind = int(row["step"]), str(row["kind"])
+    for key, value in (*row.items(), *extra.items()):
+        if key not in ("kind", "step"):
+            board.scalar(key if "/" in key else f"{kind}/{key}", value, step)
 
 
 def _group_tensor(groups: Sequence[Hashable]) -> torch.Tensor:

@@ -13,6 +13,12 @@ code, a dict or a YAML file) and writes to ``out_dir``:
 - the learned topology as a :class:`societas.topology.Graph`: ``graph.yaml``,
   ``graph.mmd`` (Mermaid) and ``graph.png`` for GPTSwarm (one graph for every
   task); ``graph_<type>.{yaml,mmd,png}`` per task type for G-Designer;
+- ``tensorboard/`` — TensorBoard event files (``tensorboard: false`` for none), at
+  the update: ``train/<key>`` for each ``metrics.jsonl`` key of the sampled graphs,
+  ``train/entropy`` (entropy of the routing policy's edge distribution, nats per
+  graph, before the update) and ``train/edge_entropy`` (per candidate edge),
+  ``eval/<key>`` for the ``eval_<key>`` figures, and at the last update the final
+  comparison as ``final/<topology>/<key>``;
 - ``summary.md`` and ``result.json`` — the learned routing on held-out tasks
   against the fully connected graph, the empty graph and random graphs with
   the same number of edges (success, messages per task, reward), and the same
@@ -39,6 +45,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from societas.agents.documents import DocumentError, load_yaml_file
+from societas.marl.board import open_board
 from societas.marl.device import resolve_device
 from societas.marl.progress import progress_bar
 from societas.topology import Graph, graph_to_mermaid, render_graph_png
@@ -89,6 +96,7 @@ class RoutingTrainConfig(BaseModel):
         100, ge=0, description="held-out tasks also run through societas.topology.Runtime"
     )
     prune_dead_ends: bool = Field(True, description="drop learned edges that cannot reach the answerer")
+    tensorboard: bool = Field(True, description="write TensorBoard event files into OUT/tensorboard/")
     gptswarm: GPTSwarmConfig = Field(default_factory=GPTSwarmConfig)
     gdesigner: GDesignerConfig = Field(default_factory=GDesignerConfig)
 
@@ -162,6 +170,18 @@ class RoutingRunResult:
 # ---------------------------------------------------------------------------
 # evaluation
 # ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _policy_entropy(router: Any, env: RoutingEnv, tasks: TaskBatch) -> tuple[float, float]:
+    """Entropy (nats) of the edges a router samples for ``tasks``: per graph (edges are
+    independent Bernoulli draws, so their entropies add) and per candidate edge.
+    G-Designer's latent noise is left out (its edge probabilities at ``z = mu``)."""
+    probs = router.edge_probs() if isinstance(router, GPTSwarmRouter) else router.edge_probs(tasks)
+    p = probs.clamp(1e-7, 1 - 1e-7)
+    h = -(p * p.log() + (1 - p) * (1 - p).log()) * env.candidates
+    per_graph = float(h.sum(dim=(-2, -1)).mean())
+    return per_graph, per_graph / max(int(env.candidates.sum()), 1)
 
 
 def _learned_adjacency(router: Any, env: RoutingEnv, tasks: TaskBatch, prune: bool) -> torch.Tensor:
@@ -358,33 +378,45 @@ def train_routing(
 
     rows: list[dict[str, Any]] = []
     log.info("training %s routing for %d updates on %s", cfg.method, cfg.steps, device)
-    with (
-        (out / "metrics.jsonl").open("w", encoding="utf-8") as mf,
-        progress_bar(progress, field="stats") as bar,
-    ):
-        task_id = bar.add_task(f"routing {cfg.method}", total=cfg.steps, stats="")
-        for step in range(1, cfg.steps + 1):
-            tasks = env.sample_tasks(cfg.batch_size, split="train", generator=task_gen)
-            router.train()
-            row: dict[str, Any] = {
-                "step": step,
-                **reinforce_update(router, env, tasks, optimizer, baseline, policy_gen),
-            }
-            if step % cfg.eval_every == 0 or step == cfg.steps or step == 1:
-                router.eval()
-                learned = _learned_adjacency(router, env, monitor, cfg.prune_dead_ends)
-                ev = env.evaluate(learned, monitor).summary()
-                row.update({f"eval_{k}": v for k, v in ev.items()})
-                row["eval_edges"] = float(learned.sum(dim=(-2, -1)).float().mean())
-                bar.update(task_id, stats=f"success {ev['success']:.2f} msgs {ev['messages']:.1f}")
-            rows.append(row)
-            mf.write(json.dumps(row) + "\n")
-            bar.advance(task_id)
-    train_s = time.perf_counter() - t0
+    # A run starts over in its directory (metrics.jsonl is rewritten): earlier event files' points are purged.
+    board = open_board(out, enabled=cfg.tensorboard, purge_step=0)
+    with board:
+        with (
+            (out / "metrics.jsonl").open("w", encoding="utf-8") as mf,
+            progress_bar(progress, field="stats") as bar,
+        ):
+            task_id = bar.add_task(f"routing {cfg.method}", total=cfg.steps, stats="")
+            for step in range(1, cfg.steps + 1):
+                tasks = env.sample_tasks(cfg.batch_size, split="train", generator=task_gen)
+                router.train()
+                if board.enabled:  # no random draw: the run is the same with the event files off
+                    entropy, edge_entropy = _policy_entropy(router, env, tasks)
+                    board.scalars({"entropy": entropy, "edge_entropy": edge_entropy}, step, prefix="train/")
+                row: dict[str, Any] = {
+                    "step": step,
+                    **reinforce_update(router, env, tasks, optimizer, baseline, policy_gen),
+                }
+                if step % cfg.eval_every == 0 or step == cfg.steps or step == 1:
+                    router.eval()
+                    learned = _learned_adjacency(router, env, monitor, cfg.prune_dead_ends)
+                    ev = env.evaluate(learned, monitor).summary()
+                    row.update({f"eval_{k}": v for k, v in ev.items()})
+                    row["eval_edges"] = float(learned.sum(dim=(-2, -1)).float().mean())
+                    bar.update(task_id, stats=f"success {ev['success']:.2f} msgs {ev['messages']:.1f}")
+                rows.append(row)
+                mf.write(json.dumps(row) + "\n")
+                for key, value in row.items():
+                    if key != "step":
+                        tag = f"eval/{key[5:]}" if key.startswith("eval_") else f"train/{key}"
+                        board.scalar(tag, value, step)
+                bar.advance(task_id)
+        train_s = time.perf_counter() - t0
 
-    router.eval()
-    learned = _learned_adjacency(router, env, test, cfg.prune_dead_ends)
-    table = evaluate_routing(env, learned, test, seed=cfg.seed)
+        router.eval()
+        learned = _learned_adjacency(router, env, test, cfg.prune_dead_ends)
+        table = evaluate_routing(env, learned, test, seed=cfg.seed)
+        for name, figures in table.items():
+            board.scalars(figures, cfg.steps, prefix=f"final/{name}/")
 
     runtime: dict[str, dict[str, float]] = {}
     agrees = True
