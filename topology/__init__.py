@@ -4,8 +4,9 @@ Graph specs (pydantic, YAML/JSON) and their validation; :class:`Graph` on
 networkx with metrics; the AgentConductor layered-YAML format with its four
 typed parse failures; the :class:`Runtime`, which runs a graph in supersteps
 and sends every ready agent that shares a model in one batched call; traces;
-Mermaid and PNG rendering; and the topologies of the papers in
-:mod:`societas.topology.patterns`.
+Mermaid and PNG rendering; a self-contained HTML page that steps through a
+run message by message (:func:`write_trace_html`); and the topologies of the
+papers in :mod:`societas.topology.patterns`.
 
 Graphs also decide at run time: routers (:mod:`~societas.topology.routing`:
 a function, an LLM, or any object with ``route(ctx)``, such as a learned
@@ -47,6 +48,7 @@ from .run_state import GraphInterrupt
 from .runtime import NodeContext, NodeError, RunEvent, RunResult, Runtime
 from .spec import BudgetSpec, EdgeSpec, GraphSpec, NodeSpec, RouterSpec
 from .trace import Trace, TraceEvent, TraceTotals
+from .trace_html import trace_to_html, write_trace_html
 
 __all__ = [
     "patterns",
@@ -68,6 +70,8 @@ __all__ = [
     "trace_to_mermaid",
     "render_graph_png",
     "render_trace_png",
+    "trace_to_html",
+    "write_trace_html",
     "NodeContext",
     "NodeError",
     "Runtime",

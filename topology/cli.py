@@ -1,4 +1,10 @@
-"""Command line: ``run SPEC --task TEXT``, ``resume --checkpoint FILE --thread ID`` and ``show SPEC``.
+"""Command line: ``run SPEC --task TEXT``, ``resume --checkpoint FILE --thread ID``, ``show SPEC`` and ``trace FILE``.
+
+``run`` and ``resume`` write the run's trace (``--trace``, JSONL), a drawing
+of it (``--render``, PNG or Mermaid) and a page that steps through it message
+by message (``--html``, one self-contained HTML file); ``trace`` makes the
+page or the drawing later, from a saved JSONL trace (``--spec`` adds the
+graph's every node and edge).
 
 ``run --checkpoint FILE --thread ID`` saves the run after every superstep
 (SQLite); ``resume`` continues a killed or interrupted thread from the file
@@ -39,6 +45,8 @@ from .graph import Graph
 from .render import graph_to_mermaid, render_graph_png, render_trace_png, trace_to_mermaid
 from .runtime import NodeError, Runtime
 from .spec import GraphSpec
+from .trace import Trace
+from .trace_html import write_trace_html
 
 app = typer.Typer(
     add_completion=False,
@@ -329,6 +337,7 @@ def _report(
     *,
     trace: Path | None,
     render: Path | None,
+    html: Path | None,
     as_json: bool,
     console: Console,
     checkpoint: Path | None,
@@ -337,6 +346,7 @@ def _report(
         if trace is not None:
             result.trace.save_jsonl(trace)
         rendered = str(_render(result.trace, render, graph=graph)) if render is not None else None
+        page = str(write_trace_html(result.trace, html, graph)) if html is not None else None
     except OSError as exc:
         _fail(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", code=1)
     totals = result.totals
@@ -362,6 +372,7 @@ def _report(
         },
         "trace": str(trace) if trace else None,
         "render": rendered,
+        "html": page,
     }
     if as_json:
         typer.echo(json.dumps(payload, default=str))
@@ -392,8 +403,11 @@ def _report(
         typer.echo(f"trace: {trace}")
     if rendered:
         typer.echo(f"drawing: {rendered}")
+    if page:
+        typer.echo(f"page: {page}")
 
 
+_HTML_HELP = "write a page that steps through the run message by message (one self-contained HTML file)"
 _LLM_HELP = "LLM URI for every agent (embedded, hf:, gguf:, vllm:, openai:URL#MODEL)"
 _TIMEOUT_HELP = (
     "seconds one request to an OpenAI-compatible LLM may take in all, reading the answer "
@@ -408,6 +422,7 @@ def run(
     llm: str | None = typer.Option(None, "--llm", help=_LLM_HELP),
     trace: Path | None = typer.Option(None, "--trace", help="save the trace as JSONL"),
     render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
+    html: Path | None = typer.Option(None, "--html", help=_HTML_HELP),
     seed: int | None = typer.Option(None, "--seed", parser=_int_option("--seed", 0, 2**63 - 1)),
     max_tokens: int | None = typer.Option(
         None,
@@ -438,7 +453,12 @@ def run(
         _fail("--checkpoint and --thread go together: the file to save in and the id to save under")
     if thread is not None and not thread.strip():
         _fail("--thread: must not be empty")
-    for option, path in (("--trace", trace), ("--render", render), ("--checkpoint", checkpoint)):
+    for option, path in (
+        ("--trace", trace),
+        ("--render", render),
+        ("--html", html),
+        ("--checkpoint", checkpoint),
+    ):
         if path is not None:
             _check_output(option, path)
     graph = _load_graph(spec)
@@ -462,6 +482,7 @@ def run(
         result,
         trace=trace,
         render=render,
+        html=html,
         as_json=as_json,
         console=console,
         checkpoint=checkpoint,
@@ -477,6 +498,7 @@ def resume(
     timeout: float | None = typer.Option(None, "--timeout", help=_TIMEOUT_HELP, parser=_timeout_option),
     trace: Path | None = typer.Option(None, "--trace", help="save the whole trace as JSONL"),
     render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
+    html: Path | None = typer.Option(None, "--html", help=_HTML_HELP),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -486,7 +508,7 @@ def resume(
     )
     if not checkpoint.is_file():
         _fail(f"--checkpoint {checkpoint}: no such file")
-    for option, path in (("--trace", trace), ("--render", render)):
+    for option, path in (("--trace", trace), ("--render", render), ("--html", html)):
         if path is not None:
             _check_output(option, path)
     try:
@@ -524,10 +546,75 @@ def resume(
         result,
         trace=trace,
         render=render,
+        html=html,
         as_json=as_json,
         console=console,
         checkpoint=checkpoint,
     )
+
+
+@app.command("trace")
+def trace_command(
+    file: Path = typer.Argument(..., help="a trace saved with --trace (JSONL)"),
+    html: Path | None = typer.Option(
+        None, "--html", help="where the page goes (default: the trace's path with .html, unless --render)"
+    ),
+    render: Path | None = typer.Option(None, "--render", help="draw the trace: .png, or .mmd for Mermaid"),
+    spec: Path | None = typer.Option(
+        None, "--spec", help="the graph spec of the run: its every node and edge is drawn"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on the last line"),
+) -> None:
+    """Make the page that steps through a saved run (--html), or a drawing of it (--render)."""
+    if not file.is_file():
+        _fail(f"{file}: no such file" if not file.exists() else f"{file}: is not a file")
+    if html is None and render is None:
+        html = file.with_suffix(".html")
+    for option, path in (("--html", html), ("--render", render)):
+        if path is not None:
+            _check_output(option, path)
+    graph = _load_graph(spec) if spec is not None else None
+    try:
+        saved = Trace.load_jsonl(file)
+    except (ValueError, TypeError) as exc:  # TypeError: a line holding JSON that is no object
+        _fail(f"{file}: not a trace: {exc}" if isinstance(exc, TypeError) else str(exc))
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"{file}: cannot be read: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        page = str(write_trace_html(saved, html, graph)) if html is not None else None
+        rendered = None
+        if render is not None:
+            if graph is not None:
+                rendered = str(_render(saved, render, graph=graph))
+            elif render.suffix.lower() in (".mmd", ".mermaid", ".md"):
+                render.parent.mkdir(parents=True, exist_ok=True)
+                render.write_text(trace_to_mermaid(saved) + "\n")
+                rendered = str(render)
+            else:
+                rendered = str(render_trace_png(saved, render))
+    except OSError as exc:
+        _fail(f"cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", code=1)
+    totals = saved.totals()
+    payload = {
+        "trace": str(file),
+        "events": len(saved),
+        "calls": totals.calls,
+        "llm_batches": totals.llm_batches,
+        "tokens": totals.tokens,
+        "html": page,
+        "render": rendered,
+    }
+    if as_json:
+        typer.echo(json.dumps(payload))
+        return
+    typer.echo(
+        f"{file}: {len(saved)} events, {totals.calls} calls in {totals.llm_batches} batched LLM calls, "
+        f"{totals.tokens} tokens"
+    )
+    if page:
+        typer.echo(f"page: {page}")
+    if rendered:
+        typer.echo(f"drawing: {rendered}")
 
 
 def main() -> None:
