@@ -3,8 +3,9 @@
 ``run TASK`` evolves a task directory in OpenEvolve's layout (or a built-in
 task by name) and shows a progress bar (best score, evaluations per minute,
 failures); ``--resume RUN_DIR`` continues an interrupted run; at the end it
-writes the report. ``report RUN_DIR`` writes ``summary.md`` and
-``plots/fitness.png``, scoring the seed, the best program and the task's
+writes the report. ``report RUN_DIR`` writes ``summary.md``,
+``plots/fitness.png`` and ``report.html`` (one self-contained page to open in
+a browser), scoring the seed, the best program and the task's
 baselines on its held-out set first when the task has one (RUN_DIR may also
 be the ``--out`` directory of ``run``: its newest run is meant). With
 ``--json`` the last line of standard output is one JSON object. Exit status 2
@@ -446,7 +447,8 @@ def report(
     ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Write summary.md (best program's diff, held-out table, fitness plot, per-island statistics)."""
+    """Write summary.md (best program's diff, held-out table, fitness plot, per-island statistics) and
+    report.html (one self-contained page: lineage tree, fitness over time, each program's code and diff)."""
     _check_range("--workers", workers, 1, MAX_WORKERS, as_json)
     _check_progress_env(as_json)
     update, close = _held_out_progress()
@@ -468,7 +470,7 @@ def report(
     if as_json:
         print(json.dumps(figures))
     else:
-        print(f"wrote {figures['summary']}")
+        print(f"wrote {figures['summary']} and {figures['report_html']} (open it in a browser)")
 
 
 def main() -> None:

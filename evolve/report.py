@@ -1,4 +1,4 @@
-"""A run directory's report: ``summary.md`` and ``plots/fitness.png``.
+"""A run directory's report: ``summary.md``, ``plots/fitness.png`` and ``report.html``.
 
 When candidates ran unconfined (the ``rlimit`` sandbox backend, chosen by
 name or recorded by the run's evaluations), the summary's first line says so.
@@ -11,7 +11,10 @@ program and the task's baselines on the held-out set (see
 per-island statistics of the MAP-Elites islands (rebuilt from the stored
 programs exactly as the run built them), results per mutation kind and the
 most common failure reasons. The plot shows every program's fitness by
-iteration, the best so far, and failures along the bottom.
+iteration, the best so far, and failures along the bottom. ``report.html``
+(:mod:`societas.evolve.report_html`) shows the same run as one interactive,
+self-contained page: the lineage tree, fitness over time, every program's
+code and diff against its parent, and the held-out table computed here.
 
 A directory that holds run directories instead of being one (``--out`` of
 ``python -m societas.evolve run``) stands for its most recently created run.
@@ -36,6 +39,7 @@ from .database import Population, ProgramStore
 from .evaluator import probe_sandbox
 from .held_out import HeldOutEntry, evaluate_held_out, held_out_baselines, score_stage, supports_held_out
 from .program import Program
+from .report_html import write_html_report
 from .selection import STAGE as VALIDATION_STAGE
 from .selection import ValidationRecord, chosen_from, defines_stage, history_from, load_records
 
@@ -213,7 +217,8 @@ def write_report(
     workers: int | None = None,
     on_held_out: Any = None,
 ) -> dict[str, Any]:
-    """Write ``summary.md`` and ``plots/fitness.png`` for a run directory; return the headline figures.
+    """Write ``summary.md``, ``plots/fitness.png`` and ``report.html`` for a run directory; return the
+    headline figures.
 
     With ``held_out`` (and the task's evaluator defining ``evaluate_held_out``,
     and ``held_out.enabled`` in the run's config) the seed, the best programs
@@ -319,6 +324,7 @@ def write_report(
         if which is not None and which.id in records:
             means["validation_mean"][key] = records[which.id].score
     held_out_history: dict[str, float | None] = {}
+    held_out_entries: list[HeldOutEntry] | None = None
     evaluator_path = Path(str(info.get("task", ""))) / "evaluator.py"
     if (
         held_out
@@ -353,6 +359,7 @@ def write_report(
             on_result=on_held_out,
             selection=selection,
         )
+        held_out_entries = entries
         held_out_figures = {e.label: e.score for e in entries}
         held_out_history = {e.program_id: e.score for e in entries if e.program_id is not None}
         for entry in entries:
@@ -404,13 +411,14 @@ def write_report(
             "",
             "![training, validation and held-out score of the chosen program over time](plots/selection.png)",
         ]
+    island_stats = population.island_stats()
     lines += [
         "## Islands",
         "",
         "| island | members | cells filled | best fitness | mean fitness |",
         "|---:|---:|---:|---:|---:|",
     ]
-    for stat in population.island_stats():
+    for stat in island_stats:
         lines.append(
             f"| {stat['island']} | {stat['members']} | {stat['cells']} | "
             f"{_fmt(stat['best_fitness'])} | {_fmt(stat['mean_fitness'])} |"
@@ -455,12 +463,32 @@ def write_report(
     if unconfined:
         lines[:0] = [f"> **Warning: {UNCONFINED_WARNING}.**", ""]
     (run_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    html = write_html_report(
+        run_dir / "report.html",
+        programs,
+        title=f"Evolution run {run_dir.name}",
+        facts=[
+            ("task", Path(str(info.get("task", ""))).name or info.get("task")),
+            ("seed", info.get("seed")),
+            ("iterations", f"{max((p.iteration for p in programs), default=0)} of {config.max_iterations}"),
+            ("migrations", population.migrations),
+        ],
+        best_id=best.id if best else None,
+        top_id=top.id if top else None,
+        held_out=held_out_entries,
+        means=means if held_out_entries is not None else None,
+        islands=island_stats,
+        operators=operators,
+        validation={pid: r.score for pid, r in records.items()},
+        warning=UNCONFINED_WARNING if unconfined else None,
+    )
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     figures: dict[str, Any] = {
         "run_dir": str(run_dir),
         "summary": str(run_dir / "summary.md"),
         "summary_json": str(run_dir / "summary.json"),
         "plot": str(run_dir / "plots" / "fitness.png"),
+        "report_html": html["path"],
         "best_score": best.fitness if best else None,
         "best_id": best.id if best else None,
         "selected_by": summary["selected_by"],
