@@ -402,6 +402,11 @@ class Controller:
         for index, (name, code) in enumerate(self.extra_seeds, start=1):
             if -index not in stored:
                 stored[-index] = self._evaluate_seed(code, -index, name)
+        for i in (i for i in stored if i <= 0):  # the seeds count: "best" is never below the seed
+            if stored[i].ok and stored[i].fitness is not None:
+                fitness = stored[i].fitness
+                if self.best_so_far is None or fitness > self.best_so_far:
+                    self.best_so_far = fitness
         # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.
         order = sorted((i for i in stored if i < start), key=lambda i: (i != 0, i > 0, abs(i)))
         self._apply([stored[i] for i in order], to_board=replay_to_board)

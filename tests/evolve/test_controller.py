@@ -235,3 +235,20 @@ def test_bad_task_directories_are_named(tmp_path):
     (tmp_path / "evaluator.py").write_text("def evaluate(p):\n    return {}\n")
     with pytest.raises(TaskError, match="no EVOLVE-BLOCK"):
         load_task(tmp_path)
+
+
+def test_progress_best_includes_the_seed(tmp_path):
+    """The progress bar's "best" starts at the seed's fitness: a child worse than the seed
+    never shows as the best so far (it showed 0.331 while the seed had 0.983)."""
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = 4
+    seen = []
+    ctl = Controller(task, cfg, tmp_path / "p", on_progress=seen.append)
+    try:
+        result = ctl.run()
+    finally:
+        ctl.close()
+    assert len(seen) == 4 and result.seed_score is not None
+    assert all(s["best_score"] >= result.seed_score for s in seen)
+    assert seen[-1]["best_score"] == result.best_score
