@@ -75,7 +75,7 @@ from .config import EvolveConfig, SandboxBackend, load_config
 from .database import Population, ProgramStore, derive_rng
 from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, WarmPool, map_grouped, run_evaluation
 from .executors import Executor, ProcessExecutor
-from .mutation import LLM_KINDS, LLMEnsemble, MutationRequest, MutationResult, Mutator
+from .mutation import LLM_KINDS, LLMEnsemble, LLMUnavailable, MutationRequest, MutationResult, Mutator
 from .program import Program, fitness_of, program_id
 from .selection import Validator
 from .task import Task, load_seed_programs, load_task
@@ -94,6 +94,11 @@ __all__ = [
 ]
 
 LOCK_FILE = "run.lock"
+
+
+# LLM-made children failing in a row on a backend error (connection, server error) before the run
+# stops: a backend that is down wastes every LLM child of every later batch.
+LLM_ERROR_LIMIT = 12
 
 
 class RunError(RuntimeError):
@@ -247,6 +252,10 @@ class Controller:
         self.seed = config.random_seed
         blocks = BlockLibrary.load(task.blocks_path) if task.blocks_path is not None else None
         self.mutator = Mutator(config, llms, blocks)
+        self.llms = llms
+        # LLM-made children that failed in a row on a backend error (not a malformed answer).
+        self._llm_error_streak = 0
+        self._llm_last_error = ""
         self.evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
         self.on_progress = on_progress
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -369,6 +378,11 @@ class Controller:
     # ------------------------------------------------------------------ loop
 
     def run(self) -> RunResult:
+        if self.llms is not None:  # a server that cannot answer stops the run before it starts
+            try:
+                self.llms.check()
+            except LLMUnavailable as exc:
+                raise RunError(f"{exc}; nothing was run") from exc
         """Run until ``max_iterations`` iterations are committed; safe to call again after a crash."""
         try:
             return self._run()
@@ -446,6 +460,12 @@ class Controller:
             due = self.validator.due(self.population)
             self._write_best()
             start = iterations[-1] + 1
+            if self._llm_error_streak >= LLM_ERROR_LIMIT:
+                raise RunError(
+                    f"the LLM failed {self._llm_error_streak} children in a row, the last with "
+                    f"{self._llm_last_error!r}; every program up to iteration {start - 1} is committed: "
+                    "fix the backend and continue with --resume"
+                )
         self._validate(min(start - 1, max_iter))
         return self.result()
 
@@ -731,6 +751,13 @@ class Controller:
         )
 
     def _count(self, program: Program) -> None:
+        if program.mutation.get("kind") in LLM_KINDS:
+            failure = program.failure or ""
+            if program.status == "mutation_failed" and failure.startswith("LLM error"):
+                self._llm_error_streak += 1
+                self._llm_last_error = failure
+            else:  # the backend answered (even if the answer was unusable)
+                self._llm_error_streak = 0
         self.counts[program.status] += 1
         self.committed += 1
         fitness = program.fitness if program.ok else None

@@ -86,6 +86,7 @@ __all__ = [
     "LLM_KINDS",
     "DiffBlock",
     "LLMEnsemble",
+    "LLMUnavailable",
     "MutationError",
     "MutationRequest",
     "MutationResult",
@@ -310,6 +311,10 @@ def _safe_blocks(code: str) -> list[str]:
 # ============================================================================ ensemble
 
 
+class LLMUnavailable(RuntimeError):
+    """An LLM backend of the run cannot answer (checked at the start, or failing again and again)."""
+
+
 class LLMEnsemble:
     """Weighted backends; :meth:`choose` draws one index with a caller-supplied RNG."""
 
@@ -339,6 +344,17 @@ class LLMEnsemble:
 
     def choose(self, rng: random.Random) -> int:
         return rng.choices(range(len(self.members)), weights=[w for _, w in self.members])[0]
+
+    def check(self) -> None:
+        """Ask every backend that can tell (a server's ``check``) whether it answers;
+        raise :class:`LLMUnavailable` naming the first that does not."""
+        for index, (llm, _) in enumerate(self.members):
+            check = getattr(llm, "check", None)
+            if callable(check):
+                try:
+                    check()
+                except Exception as exc:
+                    raise LLMUnavailable(f"LLM {self.name(index)!r} cannot answer: {exc}") from exc
 
     def name(self, index: int) -> str:
         return str(getattr(self.members[index][0], "name", f"llm{index}"))

@@ -784,6 +784,45 @@ class OpenAICompatibleLLM:
         self._stats: dict[str, int] = {}
         self.reset_stats()
 
+    # ------------------------------------------------------------ health
+    def check(self, timeout_s: float = 10.0) -> None:
+        """Raise :class:`LLMServerError` at once when the server cannot answer: it is
+        unreachable, rejects the key, or lists its models without this one.
+
+        One ``GET {base_url}/models`` (what OpenAI-compatible servers, vLLM
+        included, serve); a server without that route (404/405) counts as up.
+        Runs that depend on the model call this before they start, so a wrong
+        URL fails in seconds instead of as one error per request.
+        """
+        url = f"{self.base_url}/models"
+
+        def fail(why: str, status: int | None = None, body: str | None = None) -> LLMServerError:
+            return LLMServerError(
+                f"{self.name}: {why}", url=url, model=self.model, attempts=1, status=status, body=body
+            )
+
+        try:
+            r = self._client.get(url, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise fail(
+                f"cannot reach the server at {self.base_url} ({type(exc).__name__}: {exc}); "
+                "is it running, and is the URL right?"
+            ) from exc
+        if r.status_code in (404, 405):
+            return
+        if r.status_code in (401, 403):
+            raise fail(
+                f"the server refused the API key (HTTP {r.status_code})", r.status_code, _excerpt(r.text)
+            )
+        if r.status_code >= 400:
+            raise fail(f"the server answered HTTP {r.status_code}: {_server_message(r.text)}", r.status_code)
+        try:
+            ids = [str(m.get("id")) for m in r.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            return  # a non-standard listing: the server is up
+        if ids and self.model not in ids:
+            raise fail(f"the server serves {', '.join(ids[:10])}, not {self.model!r}", r.status_code)
+
     # ------------------------------------------------------------ observation
     @property
     def stats(self) -> dict[str, int]:

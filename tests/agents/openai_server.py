@@ -250,8 +250,8 @@ class OpenAITestServer:
     ``delay_s`` delays every chat request (faulty or not) before it is
     answered, like a slow model. ``max_choices`` caps the choices of one
     response, to play a server that ignores ``n``. ``api_key``, when given,
-    makes the server answer 401 to requests without ``Authorization: Bearer
-    <api_key>``. ``model`` is the id listed by ``GET {prefix}/models``; chat
+    makes the server answer 401 to requests (chat and ``GET``) without
+    ``Authorization: Bearer <api_key>``. ``model`` is the id listed by ``GET {prefix}/models``; chat
     requests for any model are answered.
     """
 
@@ -419,7 +419,9 @@ class OpenAITestServer:
 
     def _handle_get(self, h: _Handler) -> None:
         path = h.path.split("?", 1)[0].rstrip("/")
-        if path == f"{self.prefix}/models":
+        if self.api_key is not None and h.headers.get("Authorization") != f"Bearer {self.api_key}":
+            self._send_json(h, 401, _error_body("Incorrect API key provided", "invalid_api_key"))
+        elif path == f"{self.prefix}/models":
             data = {
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "owned_by": "societas-test"}],

@@ -598,3 +598,24 @@ def test_serves_the_embedded_model_end_to_end(embedded_llm) -> None:
         llm.close()
         assert srv.requests[0]["model"] == "smollm2"
     assert [c[0].text for c in out] == direct
+
+
+def test_check_names_an_unreachable_server_a_wrong_model_and_a_refused_key() -> None:
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", "ghost", **FAST) as llm:
+        t0 = time.perf_counter()
+        with pytest.raises(LLMServerError, match="cannot reach the server at http://127.0.0.1"):
+            llm.check()
+        assert time.perf_counter() - t0 < 10 and llm.stats["requests"] == 0  # no generation tried
+    with OpenAITestServer(echo, model="served-model") as srv:
+        with OpenAICompatibleLLM(srv.url, "served-model", **FAST) as llm:
+            llm.check()  # the model is listed: fine
+        with OpenAICompatibleLLM(srv.url, "other", **FAST) as llm:
+            with pytest.raises(LLMServerError, match="serves served-model, not 'other'"):
+                llm.check()
+    with OpenAITestServer(echo, api_key="secret") as srv:
+        with OpenAICompatibleLLM(srv.url, "test-model", api_key="wrong", **FAST) as llm:
+            with pytest.raises(LLMServerError, match="refused the API key"):
+                llm.check()

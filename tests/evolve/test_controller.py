@@ -252,3 +252,45 @@ def test_progress_best_includes_the_seed(tmp_path):
     assert len(seen) == 4 and result.seed_score is not None
     assert all(s["best_score"] >= result.seed_score for s in seen)
     assert seen[-1]["best_score"] == result.best_score
+
+
+def test_an_llm_server_that_cannot_answer_stops_the_run_before_it_starts(tmp_path):
+    import socket
+
+    from societas.agents.llm.openai_compat import OpenAICompatibleLLM
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", "MODEL", max_retries=0)
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = 4
+    ctl = Controller(task, cfg, tmp_path / "down", llms=LLMEnsemble([(llm, 1.0)]))
+    try:
+        with pytest.raises(RunError, match="cannot reach the server at .*; nothing was run"):
+            ctl.run()
+    finally:
+        ctl.close()
+        llm.close()
+
+
+def test_an_llm_that_keeps_failing_stops_the_run_keeping_what_was_committed(tmp_path):
+    def broken(prompts, params):
+        raise ConnectionError("server went away")
+
+    task = load_task(TASK)
+    cfg = load_config(task.config_path)
+    cfg.max_iterations = 40
+    cfg.mutation.weights = {"llm": 1.0}
+    ctl = Controller(task, cfg, tmp_path / "flaky", llms=LLMEnsemble([(FunctionLLM(broken, name="b"), 1.0)]))
+    try:
+        with pytest.raises(
+            RunError, match="failed 12 children in a row, the last with 'LLM error: ConnectionError"
+        ):
+            ctl.run()
+    finally:
+        ctl.close()
+    programs = ProgramStore(tmp_path / "flaky" / "programs.db").programs()
+    assert 12 <= len(programs) - 1 < 40  # stopped early, everything before the stop committed
+    assert all(p.status == "mutation_failed" for p in programs[1:])
