@@ -66,6 +66,7 @@ from typing import Any
 import torch
 import yaml
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from societas.agents.documents import load_json_file
 from societas.agents.llm.base import encode_with_tokenizer
@@ -251,14 +252,28 @@ def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> N
 
     The file is replaced atomically: a run killed while drawing leaves the previous plot.
     """
+    fig = reward_figure(history, title)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def reward_figure(history: Sequence[dict[str, Any]], title: str) -> Figure:
+    """The figure :func:`plot_rewards` writes: steps are whole numbers on the axis, and
+    every curve has a marker, so a run of one step still shows its point and its legend entry."""
     train = [h for h in history if h["kind"] == "train" and "reward" in h]
     evals = [h for h in history if h["kind"] == "eval"]
     fig = Figure(figsize=(6.4, 3.8))
     ax = fig.subplots()
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if train:
         ax.plot(
             [h["step"] for h in train],
             [h["reward"] for h in train],
+            ".-",
             color="0.6",
             lw=1,
             label="training reward",
@@ -280,12 +295,7 @@ def plot_rewards(history: Sequence[dict[str, Any]], path: Path, title: str) -> N
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    try:
-        fig.savefig(tmp, dpi=120, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return fig
 
 
 def _summary(recipe: Recipe, cfg: TrainConfig, history: Sequence[dict[str, Any]], wall: float) -> str:

@@ -303,3 +303,19 @@ def test_sample_from_completion_and_mean_curves(tiny_llm):
     m = mean_curves([h1, h2])
     assert [x["reward"] for x in m] == [0.5, 2.0] and m[1]["std"] == pytest.approx(2**0.5)
     assert FROZEN == "frozen"
+
+
+def test_reward_plot_has_whole_steps_and_a_visible_mark_for_one_point():
+    history = [
+        {"kind": "eval", "step": 0, "reward": 0.5},
+        {"kind": "train", "step": 1, "reward": 0.25},
+        {"kind": "eval", "step": 1, "reward": 0.75},
+    ]
+    fig = loop.reward_figure(history, "one step")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    handles, labels = ax.get_legend_handles_labels()
+    assert labels == ["training reward", "held-out reward"]
+    assert all(h.get_marker() not in (None, "", "None") for h in handles)  # one point still shows
