@@ -58,6 +58,7 @@ __all__ = [
     "Direction",
     "graph_to_mermaid",
     "layout_positions",
+    "trace_figure",
     "render_graph_png",
     "render_trace_png",
     "trace_to_mermaid",
@@ -300,6 +301,8 @@ class _TraceEdge:
     conditional: bool = False
     label: str | None = None
     taken: int = 0  # how often a router chose it
+    messages: int = 0  # messages along it
+    chars: int = 0  # their characters (what a function or tool node's message carries: no tokens)
 
     @property
     def used(self) -> bool:
@@ -309,23 +312,31 @@ class _TraceEdge:
         """A used edge's label: tokens (``123 tok``), and for a router's edge how often it was chosen
         first (``2x, 123 tok``; ``1x`` to END) after the router's label (``code: 2x, 123 tok``)."""
         if not self.conditional:
-            return f"{self.tokens} tok"
+            return self.carried()
         parts = [f"{self.taken}x"] if self.taken else []
         if self.tokens is not None:
-            parts.append(f"{self.tokens} tok")
+            parts.append(self.carried())
         text = ", ".join(parts)
         return f"{self.label}: {text}" if self.label else text
 
+    def carried(self) -> str:
+        """What the edge's messages carried: their tokens, or, from a node that generates none
+        (a function or tool node), how many messages and characters."""
+        if self.tokens:
+            return f"{self.tokens} tok"
+        return f"{_count(self.messages, 'msg')}, {self.chars} chars"
 
-def _edge_tokens(trace: Trace) -> dict[tuple[str, str], int]:
-    """Completion tokens along each (sender, receiver) pair, counting node messages only
-    (:meth:`Trace.edge_tokens` would add routers' and tool calls' own events)."""
-    out: dict[tuple[str, str], int] = {}
+
+def _edge_tokens(trace: Trace) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """Completion tokens, messages and characters along each (sender, receiver) pair, counting
+    node messages only (:meth:`Trace.edge_tokens` would add routers' and tool calls' own events)."""
+    out: dict[tuple[str, str], tuple[int, int, int]] = {}
     for e in trace:
         if not _is_message(e):
             continue
         for r in e.receivers:
-            out[(e.sender, r)] = out.get((e.sender, r), 0) + e.completion_tokens
+            tok, n, chars = out.get((e.sender, r), (0, 0, 0))
+            out[(e.sender, r)] = (tok + e.completion_tokens, n + 1, chars + len(e.output or ""))
     return out
 
 
@@ -350,17 +361,24 @@ def _trace_edges(trace: Trace, graph: Graph | None) -> list[_TraceEdge]:
             taken[pair] = taken.get(pair, 0) + 1
     out: list[_TraceEdge] = []
     seen: set[tuple[str, str]] = set()
+
+    def edge(pair: tuple[str, str], conditional: bool = False, text: str | None = None) -> _TraceEdge:
+        if pair in tokens:
+            tok, n, chars = tokens[pair]
+            return _TraceEdge(pair[0], pair[1], tok, conditional, text, taken.get(pair, 0), n, chars)
+        return _TraceEdge(pair[0], pair[1], None, conditional, text, taken.get(pair, 0))
+
     if graph is not None:
         for pair in graph.edges:
-            out.append(_TraceEdge(pair[0], pair[1], tokens.get(pair)))
+            out.append(edge(pair))
             seen.add(pair)
     for pair, text in labels.items():
         if pair not in seen:
-            out.append(_TraceEdge(pair[0], pair[1], tokens.get(pair), True, text, taken.get(pair, 0)))
+            out.append(edge(pair, True, text))
             seen.add(pair)
-    for pair, tok in tokens.items():
+    for pair in tokens:
         if pair not in seen:
-            out.append(_TraceEdge(pair[0], pair[1], tok))
+            out.append(edge(pair))
             seen.add(pair)
     return out
 
@@ -485,22 +503,36 @@ def _edge_gap(half: tuple[float, float], circle: bool, dx: float, dy: float) -> 
     return min(hw / ux if ux else math.inf, hh / uy if uy else math.inf)
 
 
-def _segment_hits_box(
+def _arc_hits(
     a: tuple[float, float],
     b: tuple[float, float],
-    centre: tuple[float, float],
-    half: tuple[float, float],
+    rad: float,
+    boxes: Sequence[tuple[tuple[float, float], tuple[float, float]]],
     px_per_pt: float,
-) -> bool:
-    """Whether the straight segment ``a``-``b`` (pixels) crosses a box of half-size ``half`` (points)."""
-    hw, hh = (half[0] + 4.0) * px_per_pt, (half[1] + 4.0) * px_per_pt
+) -> int:
+    """How many of 64 points along matplotlib's ``arc3,rad=rad`` curve from ``a`` to ``b``
+    (pixels; a quadratic Bezier through the control point below) fall in one of ``boxes``
+    (centre in pixels, half-size in points, with a margin)."""
+    cx, cy = (a[0] + b[0]) / 2 + rad * (b[1] - a[1]), (a[1] + b[1]) / 2 - rad * (b[0] - a[0])
     steps = 64
+    hits = 0
     for k in range(1, steps):
         t = k / steps
-        x, y = a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1])
-        if abs(x - centre[0]) <= hw and abs(y - centre[1]) <= hh:
-            return True
-    return False
+        u = 1.0 - t
+        x = u * u * a[0] + 2 * u * t * cx + t * t * b[0]
+        y = u * u * a[1] + 2 * u * t * cy + t * t * b[1]
+        for (bx, by), (hw, hh) in boxes:
+            if abs(x - bx) <= (hw + 5.0) * px_per_pt and abs(y - by) <= (hh + 5.0) * px_per_pt:
+                hits += 1
+                break
+    return hits
+
+
+# Curvatures tried, in order, for an edge until one clears every other node's box. arc3 bends to
+# the left of travel, so B->A with bend -r is A->B's curve with bend r: the second edge of a pair
+# keeps its bend at least _PAIR_APART away from that, and neither of a pair runs straight.
+_BENDS = (0.0, 0.2, -0.2, 0.35, -0.35, 0.5, -0.5, 0.7, -0.7, 0.9, -0.9)
+_PAIR_APART = 0.3
 
 
 def _clear_of_chord(
@@ -517,6 +549,11 @@ def _clear_of_chord(
     return float(px), float(py)
 
 
+def _head(width: float) -> float:
+    """Arrowhead size for a line ``width`` points wide: always clearly wider than the line."""
+    return 10.0 + 3.0 * width
+
+
 def _draw(
     nodes: dict[str, _DrawNode],
     edges: list[_DrawEdge],
@@ -526,6 +563,20 @@ def _draw(
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig = _figure(nodes, edges, layers, title)
+    width, height = fig.get_size_inches()
+    dpi = 100 if max(width, height) <= 20 else 70
+    fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
+    log.debug("rendered %d nodes and %d edges to %s", len(nodes), len(edges), path)
+    return path
+
+
+def _figure(
+    nodes: dict[str, _DrawNode],
+    edges: list[_DrawEdge],
+    layers: list[list[str]],
+    title: str | None,
+) -> Figure:
     pos = layout_positions(layers, {(e.source, e.target) for e in edges})
     xs0 = [p[0] for p in pos.values()] or [0.0]
     ys0 = [p[1] for p in pos.values()] or [0.0]
@@ -575,7 +626,9 @@ def _draw(
 
     display = {nid: tuple(ax.transData.transform(pos[nid])) for nid in half}
     pairs = {(e.source, e.target) for e in edges}
-    for e in edges:
+    chosen: dict[tuple[str, str], float] = {}  # the bend of each edge drawn so far
+    # Thick edges first: a thin edge's arrowhead is then drawn over them, not hidden below.
+    for e in sorted(edges, key=lambda e: -e.width):
         if e.source not in pos or e.target not in pos:
             continue
         (x1, y1), (x2, y2) = pos[e.source], pos[e.target]
@@ -588,7 +641,7 @@ def _draw(
                 (x1 + 0.15, y1 + 0.18),
                 connectionstyle="arc3,rad=-1.6",
                 arrowstyle="-|>",
-                mutation_scale=10,
+                mutation_scale=_head(e.width) - 2.0,
                 lw=e.width,
                 linestyle=style,
                 color=colour,
@@ -598,19 +651,19 @@ def _draw(
             label_xy = (x1, y1 + 0.45)
             outward: tuple[float, float, float, float] | None = None
         else:
-            # Curve edges that run within a column, run backwards, or have a
-            # reverse partner, so that none hides behind another.
-            # Curve one that would run straight through another node's box, too.
+            # Curve edges that run within a column, run backwards, or have a reverse partner, so
+            # that none hides behind another; and bend each as little as it takes to pass clear
+            # of every other node's box (a straight chord across a circle of personas would not).
             (a1, b1), (a2, b2) = ax.transData.transform([(x1, y1), (x2, y2)])
-            rad = 0.0
-            if x1 == x2 or x2 < x1 or (e.target, e.source) in pairs:
-                rad = 0.25
-            elif any(
-                _segment_hits_box((a1, b1), (a2, b2), centre, half[nid], 1.0 / px_to_pt)
-                for nid, centre in display.items()
-                if nid not in (e.source, e.target)
-            ):
-                rad = 0.25
+            paired = (e.target, e.source) in pairs
+            bends = _BENDS[1:] if paired or x1 == x2 or x2 < x1 else _BENDS
+            partner = chosen.get((e.target, e.source))
+            if partner is not None:
+                bends = tuple(r for r in bends if abs(r + partner) >= _PAIR_APART)
+            others = [(display[n], half[n]) for n in display if n not in (e.source, e.target)]
+            # The first bend that clears every box, else the one that crosses the least.
+            rad = min(bends, key=lambda r: _arc_hits((a1, b1), (a2, b2), r, others, 1.0 / px_to_pt))
+            chosen[(e.source, e.target)] = rad
             # arc3 leaves each end towards its control point (display coordinates).
             cx, cy = (a1 + a2) / 2 + rad * (b2 - b1), (b1 + b2) / 2 - rad * (a2 - a1)
             gap_a = _edge_gap(half[e.source], nodes[e.source].kind == "end", cx - a1, cy - b1)
@@ -620,7 +673,7 @@ def _draw(
                 (x2, y2),
                 connectionstyle=f"arc3,rad={rad}",
                 arrowstyle="-|>",
-                mutation_scale=12,
+                mutation_scale=_head(e.width),
                 shrinkA=gap_a + 2.0,
                 shrinkB=gap_b + 2.0,
                 lw=e.width,
@@ -658,10 +711,7 @@ def _draw(
 
     if title:
         ax.set_title(title, fontsize=fontsize + 3)
-    dpi = 100 if max(width, height) <= 20 else 70
-    fig.savefig(path, format="png", dpi=dpi, bbox_inches="tight")
-    log.debug("rendered %d nodes and %d edges to %s", len(nodes), len(edges), path)
-    return path
+    return fig
 
 
 def _flow_layers(order: list[str], edges: Sequence[tuple[str, str]]) -> list[list[str]]:
@@ -704,9 +754,26 @@ def render_trace_png(
     The layout comes from ``graph`` and the trace's edges together (a
     router's edges and END included). A router edge that was taken is solid,
     labelled with how often it was chosen and its tokens; one never taken is
-    dashed and faint. The title counts the run's messages (not router
-    decisions or tool calls) and its agents' tokens.
+    dashed and faint. An edge out of a node that generates no tokens (a
+    function or tool node) is labelled with its messages and characters.
+    Each edge bends as little as it takes to pass clear of the other nodes,
+    and arrowheads grow with the line. The title counts the run's messages
+    (not router decisions or tool calls) and its agents' tokens.
     """
+    nodes, edges, layers, head = _trace_drawing(trace, graph, title)
+    return _draw(nodes, edges, layers, path, head)
+
+
+def trace_figure(trace: Trace, graph: Graph | None = None, *, title: str | None = None) -> Figure:
+    """The drawing of :func:`render_trace_png` as a matplotlib ``Figure`` (for a notebook, or to
+    add to before saving)."""
+    nodes, edges, layers, head = _trace_drawing(trace, graph, title)
+    return _figure(nodes, edges, layers, head)
+
+
+def _trace_drawing(
+    trace: Trace, graph: Graph | None, title: str | None
+) -> tuple[dict[str, _DrawNode], list[_DrawEdge], list[list[str]], str]:
     info, edge_list = _trace_model(trace, graph)
     final = graph.final if graph is not None and len(graph) else None
     nodes = {nid: _DrawNode("\n".join(n.lines(nid)), n.kind, nid == final) for nid, n in info.items()}
@@ -720,11 +787,11 @@ def render_trace_png(
             edges.append(_DrawEdge(e.source, e.target, 0.8, e.label, dashed=True, faint=e.conditional))
         else:
             tok = e.tokens or 0
-            width = 0.8 + 5.0 * (math.sqrt(tok / top) if top else 0.0)
+            width = 0.8 + 3.2 * (math.sqrt(tok / top) if top else 0.0)
             edges.append(_DrawEdge(e.source, e.target, width, e.text()))
     if title is None:
         totals = trace.totals()
         name = graph.spec.name if graph is not None else "trace"
         messages = sum(1 for e in trace if _is_message(e))
         title = f"{name}: {messages} messages, {totals.tokens} tokens"
-    return _draw(nodes, edges, layers, path, title)
+    return nodes, edges, layers, title

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -182,3 +183,55 @@ def test_talking_layers_are_laid_on_a_circle_and_dags_in_columns():
     dag = layered([["planner"], ["coder"] * 3, ["tester"]])
     dpos = layout_positions(dag.topological_layers(), set(dag.edges))
     assert {dpos[n][0] for n in dag.topological_layers()[1]} == {1.0}
+
+
+def test_society_edges_pass_clear_of_other_nodes_with_visible_arrowheads():
+    """Five personas on a circle talking to each other and to an aggregator: no edge runs
+    through a node it does not join, and every arrowhead is clearly wider than its line."""
+    from matplotlib.patches import FancyArrowPatch
+
+    from societas.agents.llm import FunctionLLM
+    from societas.topology import Runtime
+    from societas.topology.patterns import society_of_thought
+    from societas.topology.render import trace_figure
+
+    graph = society_of_thought(n_personas=5, rounds=2)
+    trace = Runtime(graph, llm=FunctionLLM(lambda prompt: "Final answer: 3"), seed=0).run("q").trace
+    fig = trace_figure(trace, graph)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = {
+        t.get_text().split("\n")[0]: t.get_bbox_patch().get_window_extent(renderer)
+        for t in ax.texts
+        if "\n" in t.get_text()  # node boxes hold several lines; edge labels one
+    }
+    assert set(boxes) == set(graph.nodes)
+
+    def nearest(x: float, y: float) -> str:
+        return min(
+            boxes,
+            key=lambda n: math.hypot(
+                x - boxes[n].x0 - boxes[n].width / 2, y - boxes[n].y0 - boxes[n].height / 2
+            ),
+        )
+
+    checked = 0
+    for arrow in (p for p in ax.patches if isinstance(p, FancyArrowPatch)):
+        assert arrow.get_mutation_scale() >= 2.5 * arrow.get_linewidth()  # the head shows past the line
+        polygons = ax.transData.transform_path(arrow.get_path()).to_polygons(closed_only=False)
+        points = [  # the shaft and the head, densely (a straight piece between vertices: 20 points)
+            (x0 + (x1 - x0) * k / 20, y0 + (y1 - y0) * k / 20)
+            for poly in polygons
+            for (x0, y0), (x1, y1) in zip(poly[:-1], poly[1:])
+            for k in range(21)
+        ]
+        ends = {nearest(*points[0]), nearest(*points[-1])}
+        if len(ends) == 1:
+            continue  # a self-loop
+        for name, box in boxes.items():
+            if name not in ends:
+                inner = box.padded(-3)
+                assert not any(inner.contains(x, y) for x, y in points), (sorted(ends), name)
+        checked += 1
+    assert checked >= 20
