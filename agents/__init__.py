@@ -9,7 +9,7 @@ default model, :mod:`societas.agents.sandbox` for running untrusted code, and
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .agent import Agent, AgentReply, act_batch, format_inputs
+from .agent import Agent, AgentReply, act_batch, format_answers, format_inputs
 from .llm import (
     LLM,
     ChatMessage,
@@ -57,6 +57,7 @@ __all__ = [
     "Agent",
     "AgentReply",
     "act_batch",
+    "format_answers",
     "format_inputs",
     "LLM",
     "ChatMessage",

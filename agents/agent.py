@@ -20,6 +20,17 @@ from .roles import role_prompt
 DEFAULT_TEMPLATE = "{task}{inputs}"
 
 
+def format_answers(inputs: Mapping[str, str] | Sequence[tuple[str, str]] | None) -> str:
+    """Messages received as a numbered list of one-line quotes (``1. sceptic said: "..."``):
+    what a small model reads as material to weigh, where ``### Message from`` headers get echoed."""
+    if not inputs:
+        return "(no messages)"
+    items = inputs.items() if isinstance(inputs, Mapping) else inputs
+    return "\n".join(
+        f'{i}. {sender} said: "{" ".join(text.split())}"' for i, (sender, text) in enumerate(items, 1)
+    )
+
+
 def format_inputs(inputs: Mapping[str, str] | Sequence[tuple[str, str]] | None) -> str:
     """Messages received, one section per sender, in the given order."""
     if not inputs:
@@ -46,7 +57,7 @@ class Agent:
     system_prompt: str | None = None  # defaults to the role's library prompt
     params: SamplingParams = field(default_factory=SamplingParams)
     parser: str | Callable[[str], Any] | None = None
-    template: str | None = None  # user turn; placeholders {task} and {inputs}
+    template: str | None = None  # user turn; placeholders {task}, {inputs} and {answers}
     persona: str | None = None  # appended to the system prompt (traits, expertise)
 
     def __post_init__(self) -> None:
@@ -67,10 +78,11 @@ class Agent:
     ) -> list[ChatMessage]:
         tmpl = self.template or DEFAULT_TEMPLATE
         try:
-            user = tmpl.format(task=task, inputs=format_inputs(inputs))
+            user = tmpl.format(task=task, inputs=format_inputs(inputs), answers=format_answers(inputs))
         except (KeyError, IndexError) as exc:
             raise ValueError(
-                f"agent {self.name!r}: template may only use {{task}} and {{inputs}}, failed on {exc}"
+                f"agent {self.name!r}: template may only use {{task}}, {{inputs}} and {{answers}}, "
+                f"failed on {exc}"
             ) from None
         msgs: list[ChatMessage] = []
         if self.system():

@@ -82,7 +82,7 @@ SAMPLING_OVERRIDES: tuple[str, ...] = (
 )
 """The SamplingParams fields a node may override (``n`` and ``logprobs`` belong to the caller)."""
 
-TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs")
+TEMPLATE_FIELDS: tuple[str, ...] = ("task", "inputs", "answers")
 """The placeholders a node's user-prompt template may use."""
 
 _SPEC_SUFFIXES = (".yaml", ".yml", ".json")
@@ -145,7 +145,8 @@ class NodeSpec(BaseModel):
     ``function``, either a ``"module:attr"`` import path or a name the Runtime
     is given at run time. ``params`` overrides the sampling parameters of the
     node's calls; ``template`` shapes its user prompt from ``{task}`` and
-    ``{inputs}``; ``meta`` carries anything else (persona traits, difficulty).
+    ``{inputs}`` (or ``{answers}``: the same messages as a numbered list of one-line quotes);
+    ``meta`` carries anything else (persona traits, difficulty).
 
     An agent with ``tools`` (names given to the Runtime, ``module:attr``, or
     the built-ins ``calculator`` and ``python``) runs a ReAct loop of at most
@@ -222,7 +223,7 @@ class NodeSpec(BaseModel):
         for f in fields:
             if f not in TEMPLATE_FIELDS:
                 raise ValueError(
-                    f"unknown template placeholder {{{f}}} (use {{task}} and {{inputs}}; "
+                    f"unknown template placeholder {{{f}}} (use {{task}}, {{inputs}} or {{answers}}; "
                     "write literal braces as '{{' and '}}')"
                 )
         return v

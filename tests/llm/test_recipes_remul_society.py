@@ -276,7 +276,7 @@ def test_society_reward_is_the_aggregated_answers_accuracy():
     r = SocietyRecipe(n_personas=3, rounds=2)
 
     def fn(msgs):
-        if "That was the discussion" in msgs[-1]["content"]:
+        if "What the members of the group said" in msgs[-1]["content"]:
             return "They agree.\nFinal answer: 12"
         return "Final answer: 12" if "accountant" in msgs[0]["content"] else "Final answer: 11"
 
@@ -354,7 +354,7 @@ def test_society_sft_samples_are_the_dialogue_in_the_prompts_of_a_run(tiny_llm, 
         # each caller got its own scripted message: only the aggregator's says who reached the answer
         assert ("reached" in text) == (s.meta["role"] == "aggregator"), (s.meta["sender"], text)
         if s.meta["role"] == "aggregator":
-            assert "That was the discussion" in prompt and prompt.count("### Message from") == 3
+            assert "What the members of the group said" in prompt and prompt.count(' said: "') == 3
         elif s.meta["round"] == 0:
             assert f"Your name is {s.meta['sender']};" in prompt and "### Message from" not in prompt
         else:  # round r reads round r-1: the slip appears in the round-1 prompts

@@ -146,7 +146,8 @@ def _persona_llm():
         system, user = messages[0]["content"], messages[-1]["content"]
         m = re.search(r"Your name is (\w+)", system)
         who = m.group(1) if m else "aggregator"
-        seen = user.count("### Message from ")
+        # personas read "### Message from" sections, the aggregator a numbered list of quotes
+        seen = user.count("### Message from ") + len(re.findall(r'^\d+\. \S+ said: "', user, re.M))
         return f"I am {who}; saw {seen} messages. Final answer: {seen}"
 
     return FunctionLLM(fn)
@@ -175,6 +176,9 @@ def test_society_runtime_batches_personas_and_shows_previous_round():
         assert by_round[(p, 0)].batch_size == 4
     agg = by_round[("aggregator", 0)].prompt[-1]["content"]
     assert agg.count("saw 4 messages") == 4 and "saw 0 messages" not in agg  # only the last round
+    # the aggregator reads quotes, not headers a small model echoes back
+    assert "### Message from" not in agg and agg.startswith("Task: How many apples?")
+    assert f'1. {personas[0]} said: "I am {personas[0]}; saw 4 messages. Final answer: 4"' in agg
     assert res.output == "I am aggregator; saw 4 messages. Final answer: 4"
     counts = count_behaviours(res.trace)
     assert counts.n_messages == 8  # persona messages only; the aggregator is not a persona
@@ -405,3 +409,22 @@ def test_society_runs_on_the_embedded_model(embedded_llm):
     assert res.trace[0].batch_size == 2
     counts = count_behaviours(res.trace)
     assert counts.n_messages == 2 and counts.errors == []
+
+
+def test_demo_society_aggregator_reads_quotes_not_headers():
+    """examples/specs/society.yaml (make demo-society): the aggregator gets the last round as a
+    numbered list of quotes; with "### Message from" headers the embedded model echoed a header."""
+    from pathlib import Path
+
+    from societas.topology import GraphSpec
+
+    spec = GraphSpec.from_yaml_file(Path(__file__).parents[2] / "examples" / "specs" / "society.yaml")
+    llm = FunctionLLM(lambda messages: "Final answer: 0.05")
+    res = Runtime(spec, llm=llm).run("A bat and a ball cost 1.10 dollars.")
+    agg = [e for e in res.trace if e.sender == "aggregator"][0].prompt[-1]["content"]
+    assert "### Message from" not in agg and agg.startswith("Task: A bat and a ball")
+    assert [line.split(" said:")[0] for line in agg.splitlines() if ' said: "' in line] == [
+        "1. sceptic",
+        "2. intuitive",
+        "3. teacher",
+    ]

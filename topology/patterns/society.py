@@ -229,10 +229,12 @@ PERSONA_TEMPLATE = (
 """Personas' user prompt: the task, the discussion so far, and the behaviours invited."""
 
 AGGREGATOR_TEMPLATE = (
-    "{task}{inputs}\n\nThat was the discussion. Decide the answer to the task: give a one-sentence "
-    "justification, then 'Final answer: <answer>'."
+    "Task: {task}\n\nWhat the members of the group said in the last round:\n{answers}\n\n"
+    "Weigh these views and decide the answer to the task. Write one sentence of justification, "
+    "then 'Final answer: <answer>'."
 )
-"""Aggregator's user prompt: the task and the last round, with the format restated for small models."""
+"""Aggregator's user prompt: the task and the last round as a numbered list of quotes (a small model
+echoed the ``### Message from`` headers of ``{inputs}`` instead of answering), the format restated."""
 
 
 def _resolve_personas(n_personas: int | None, personas: Sequence[Persona | str] | None) -> list[Persona]:

@@ -371,7 +371,8 @@ class _DialogueScript:
         for messages in batch:
             system = "\n".join(str(m["content"]) for m in messages if m["role"] == "system")
             user = "\n".join(str(m["content"]) for m in messages if m["role"] == "user")
-            found = [q for q in self.dialogues if user.startswith(q)]
+            asked = user.removeprefix("Task: ")  # the aggregator's prompt names the task first
+            found = [q for q in self.dialogues if asked.startswith(q)]
             if len(found) != 1:
                 raise ValueError(
                     f"scripted dialogue: the prompt matches {len(found)} questions: {user[:120]!r}"
