@@ -417,8 +417,8 @@ class Controller:
             if -index not in stored:
                 stored[-index] = self._evaluate_seed(code, -index, name)
         for i in (i for i in stored if i <= 0):  # the seeds count: "best" is never below the seed
-            if stored[i].ok and stored[i].fitness is not None:
-                fitness = stored[i].fitness
+            fitness = stored[i].fitness
+            if stored[i].ok and fitness is not None:
                 if self.best_so_far is None or fitness > self.best_so_far:
                     self.best_so_far = fitness
         # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.

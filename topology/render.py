@@ -656,7 +656,7 @@ def _figure(
             # of every other node's box (a straight chord across a circle of personas would not).
             (a1, b1), (a2, b2) = ax.transData.transform([(x1, y1), (x2, y2)])
             paired = (e.target, e.source) in pairs
-            bends = _BENDS[1:] if paired or x1 == x2 or x2 < x1 else _BENDS
+            bends: tuple[float, ...] = _BENDS[1:] if paired or x1 == x2 or x2 < x1 else _BENDS
             partner = chosen.get((e.target, e.source))
             if partner is not None:
                 bends = tuple(r for r in bends if abs(r + partner) >= _PAIR_APART)

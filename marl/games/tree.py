@@ -169,7 +169,7 @@ def estimate_histories(game: Any, probes: int = 256, seed: int = 0, cap: float =
                 actions = state.legal_actions()
             width *= len(actions)
             est += width
-            state.apply_action(rng.choice(actions))
+            state = state.child(rng.choice(actions))
         total += min(est, cap)
     return total / probes
 
