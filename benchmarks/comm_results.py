@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
         out / "curves.png",
         title=f"{a.algo.upper()} on speaker-listener: {a.seeds} seeds, {a.num_envs} envs (mean ± std)",
         reference=refs,
+        # the legend gives the table's column, so the picture and the table agree
+        final={m: _ms([r["final_return"] for r in by_mod[m]]) for m in a.modules if by_mod[m]},
+        final_name="final training return (table)",
     )
 
     cfg_note = {

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["aggregate_seeds", "plot_curves", "plot_learning_curve"]
+__all__ = ["aggregate_seeds", "curves_figure", "plot_curves", "plot_learning_curve"]
 
 
 def aggregate_seeds(
@@ -52,13 +52,44 @@ def plot_curves(
     xlabel: str = "env steps",
     ylabel: str = "mean episode return",
     reference: Mapping[str, float] | None = None,
+    final: Mapping[str, tuple[float, float]] | None = None,
+    final_name: str = "final training return",
 ) -> Path:
     """Write one PNG with a line per label: ``curves[label]`` is a list of runs
     (one per seed), each ``[(env_steps, value), ...]``; the line is the mean
     over seeds and the band +/- one std. ``reference`` draws labelled
-    horizontal lines (e.g. a published figure)."""
+    horizontal lines (e.g. a published figure).
+
+    The legend names what its numbers are: ``final[label]`` (mean, std over
+    seeds), the figure a results table gives, under the legend title
+    ``final_name``; without it, the curve's last point (the mean of the
+    seeds' last logged values)."""
+    fig = curves_figure(
+        curves,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        reference=reference,
+        final=final,
+        final_name=final_name,
+    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def curves_figure(
+    curves: Mapping[str, Sequence[Sequence[tuple[float, float]]]],
+    *,
+    title: str = "",
+    xlabel: str = "env steps",
+    ylabel: str = "mean episode return",
+    reference: Mapping[str, float] | None = None,
+    final: Mapping[str, tuple[float, float]] | None = None,
+    final_name: str = "final training return",
+) -> Figure:
+    """The figure :func:`plot_curves` writes."""
     fig = Figure(figsize=(7.0, 4.6), dpi=120)
     ax = fig.subplots()
     for label, runs in curves.items():
@@ -66,7 +97,12 @@ def plot_curves(
         if not len(xs):
             continue
         n = sum(1 for r in runs if len(r))
-        (line,) = ax.plot(xs, mean, linewidth=1.5, label=f"{label} ({mean[-1]:.2f}, n={n})")
+        if final is not None and label in final:
+            m, sd = final[label]
+            text = f"{label}: {m:.2f} ± {sd:.2f}"
+        else:
+            text = f"{label}: {mean[-1]:.2f}"
+        (line,) = ax.plot(xs, mean, linewidth=1.5, label=f"{text} ({n} seed{'s' if n != 1 else ''})")
         if n > 1:
             ax.fill_between(xs, mean - std, mean + std, color=line.get_color(), alpha=0.18, linewidth=0)
     for label, y in (reference or {}).items():
@@ -80,10 +116,10 @@ def plot_curves(
         ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     if curves:
-        ax.legend(fontsize=7, loc="lower right", framealpha=0.85)
+        head = final_name if final is not None else "last point"
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.85, title=head, title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def plot_learning_curve(metrics: Sequence[Mapping], path: str | Path, *, title: str = "") -> Path:
