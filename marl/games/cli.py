@@ -154,6 +154,17 @@ def _check_algorithms(names: list[str]) -> list[str]:
     return out
 
 
+def averaging_start(name: str, iterations: int) -> int | None:
+    """The iteration from which :func:`make_algorithm`'s ``name`` averages (half the run for one
+    with a warm start, VAD-CFR), or ``None`` when it averages from the first."""
+    factory = ALGORITHMS.get(get_algorithm(name).name)
+    try:
+        params = inspect.signature(factory).parameters if factory is not None else {}
+    except (TypeError, ValueError):
+        params = {}
+    return iterations // 2 if "warmup_iterations" in params else None
+
+
 def make_algorithm(name: str, iterations: int):
     """The built-in algorithm ``name``; a factory that takes ``total_iterations``
     (a schedule that needs the horizon, e.g. HS-PCFR+) is given the planned
@@ -169,10 +180,10 @@ def make_algorithm(name: str, iterations: int):
     kwargs: dict[str, Any] = {}
     if "total_iterations" in params:
         kwargs["total_iterations"] = iterations
-    if "warmup_iterations" in params:
+    if (start := averaging_start(name, iterations)) is not None:
         # A fixed warm start at least as long as the run would leave the
         # average empty (it then normalises to uniform).
-        kwargs["warmup_iterations"] = iterations // 2
+        kwargs["warmup_iterations"] = start
     if kwargs and factory is not None:  # kwargs come from factory's parameters
         algo = factory(**kwargs)
     return algo
@@ -602,7 +613,13 @@ def table(
                 }
             try:
                 png = out / f"curves_{game_slug(g)}.png"
-                plot_curves({a: r["curve"] for a, r in results.items()}, png, title=f"{g} ({gset})")
+                starts = {a: s for a in results if (s := averaging_start(a, iterations)) is not None}
+                plot_curves(
+                    {a: r["curve"] for a, r in results.items()},
+                    png,
+                    title=f"{g} ({gset})",
+                    averaging_starts=starts,
+                )
                 files.append(str(png))
                 rows.append(
                     {

@@ -41,12 +41,31 @@ def plot_curves(
     *,
     title: str = "",
     ylabel: str = "exploitability (NashConv / N)",
+    averaging_starts: Mapping[str, int] | None = None,
 ) -> Path:
     """Write a log-log PNG of ``curves`` (label -> [(iteration, value), ...]) to
     ``path`` and return it. Labels are drawn in the order given, each with its final
-    value in the legend; values <= 0 are left out (a log axis cannot show them)."""
+    value in the legend; values <= 0 are left out (a log axis cannot show them).
+
+    ``averaging_starts[label]`` is the iteration from which an algorithm
+    accumulates its average policy (VAD-CFR's warm start): before it the
+    average is empty, so uniform, and its curve is flat. That part is drawn
+    dotted, a vertical line marks the start, and the legend says so."""
+    fig = curves_figure(curves, title=title, ylabel=ylabel, averaging_starts=averaging_starts)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def curves_figure(
+    curves: Mapping[str, Iterable[tuple[int, float]]],
+    *,
+    title: str = "",
+    ylabel: str = "exploitability (NashConv / N)",
+    averaging_starts: Mapping[str, int] | None = None,
+) -> Figure:
+    """The figure :func:`plot_curves` writes."""
     fig = Figure(figsize=(6.4, 4.4), dpi=120)
     ax = fig.subplots()
     drawn = 0
@@ -58,14 +77,31 @@ def plot_curves(
         xs = np.asarray([p[0] for p in pts], dtype=float)
         ys = _positive([p[1] for p in pts])
         any_positive |= bool(np.isfinite(ys).any())
-        ax.plot(
-            xs,
-            ys,
-            marker="." if len(xs) < 60 else None,
-            linewidth=1.4,
-            markersize=4,
-            label=f"{label} ({pts[-1][1]:.2e})",
-        )
+        start = (averaging_starts or {}).get(label)
+        text = f"{label} ({pts[-1][1]:.2e})"
+        if start is not None and xs[0] <= start:
+            # Flat while the average is empty (uniform): dotted up to the first point after the start.
+            cut = int(np.searchsorted(xs, start, side="right"))
+            (line,) = ax.plot(xs[: cut + 1], ys[: cut + 1], linestyle=":", linewidth=1.4)
+            ax.plot(
+                xs[cut:],
+                ys[cut:],
+                color=line.get_color(),
+                marker="." if len(xs) < 60 else None,
+                linewidth=1.4,
+                markersize=4,
+                label=f"{text}; averages after it. {start}, uniform before",
+            )
+            ax.axvline(start, color=line.get_color(), linestyle=":", linewidth=0.9, alpha=0.7)
+        else:
+            ax.plot(
+                xs,
+                ys,
+                marker="." if len(xs) < 60 else None,
+                linewidth=1.4,
+                markersize=4,
+                label=text,
+            )
         drawn += 1
     ax.set_xscale("log")
     if any_positive:
@@ -79,5 +115,4 @@ def plot_curves(
     if drawn:
         ax.legend(fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return fig
