@@ -76,8 +76,13 @@ typecheck: setup
 	@mkdir -p $(TYPECHECK) && for d in agents topology marl evolve; do ln -sfn ../../../$$d $(TYPECHECK)/$$d; done
 	$(VENV)/bin/mypy
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist), each test file on one of them, so
+# module fixtures and the order within a file are kept (at most 4 by default: each may load the
+# embedded model); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && echo 4 || echo $$n)
+
 test: setup browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The HTML pages (evolution report, graph trace) are tested in a real browser: Debian's chromium,
 # driven by playwright with executable_path (no browser download). Installed here when missing
@@ -93,7 +98,7 @@ browser:
 	fi
 
 test-fast: setup browser
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 bench: setup
 	@$(PY) -c "import langgraph, vmas" 2>/dev/null || $(PIP) install -e '.[test,dev]'

@@ -10,6 +10,24 @@ from pathlib import Path
 
 import pytest
 
+
+def _share_cores() -> None:
+    """Under pytest-xdist, give each worker its share of the cores: two workers with torch's
+    default of one thread per core would oversubscribe the machine, and OpenMP's spinning
+    threads then make a 1-second generation take 25. Subprocesses inherit the setting."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, share)
+    import torch  # after the variables: its thread pools read them when they start
+
+    torch.set_num_threads(int(share))
+
+
+_share_cores()
+
 # Screenshots the browser tests keep, to be looked at (ignored by git).
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 
