@@ -17,6 +17,22 @@
    ``CFRSolver(tree, DCFR(alpha=[...]), batch=64)`` against 64 sequential
    ``B=1`` runs, on Leduc poker, for a few iterations (``--batch-iterations``).
 
+4. LiteEFG (PyPI ``liteefg``, a C++ computation-graph solver, arXiv
+   2407.20351) side by side, both engines on one thread
+   (``torch.set_num_threads(1)``, ``LiteEFG.set_threads(1)``), on the same
+   OpenSpiel games (LiteEFG loads them through its ``OpenSpielEnv``):
+   CFR iterations/s — LiteEFG's own CFR graph (``LiteEFG.baselines.CFR``) and
+   training loop (``update_graph`` then ``update_strategy`` per iteration), which
+   updates all players at once from the same profile, against ours with the same
+   schedule (``alternating=False``; ours alternating is listed too); the current
+   policies after the same iterations must agree. Then the exact evaluation time
+   of the same policy (the C++ solver's average policy, as in 2): LiteEFG's
+   ``env.exploitability`` against our ``evaluate``, whose NashConv must equal
+   OpenSpiel's python ``exploitability.nash_conv`` to 1e-12 (checked on every
+   game, LiteEFG or not; the run exits with status 1 otherwise).
+   Skipped, with a note, when LiteEFG is not installed (``pip install liteefg``:
+   an sdist, built with cmake and a C++17 compiler) or with ``--no-liteefg``.
+
 Fast measurements (small games, batching, evaluation) take the best of a few
 runs (``--repeats``), since shared machines are noisy. Tree build/load times are reported separately from solving (3-player Leduc
 takes minutes to build the first time and is read from the disk cache
@@ -24,13 +40,15 @@ afterwards; ``--no-cache`` forces a build).
 
 Run: ``python benchmarks/cfr_speed.py`` (``--quick`` for a smoke run: Leduc
 only, a few iterations). Prints tables and ends with one JSON line of the
-headline figures.
+headline figures (``*_speedup_vs_liteefg``: LiteEFG's time over ours).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import json
 import platform
 import sys
@@ -43,12 +61,14 @@ import numpy as np
 import pyspiel
 import torch
 from open_spiel.python.algorithms import cfr as os_cfr
+from open_spiel.python.algorithms import exploitability as os_expl
 
 from societas.marl.games import CFRSolver, evaluate, load_game
 from societas.marl.games.algorithms import DCFR
 from societas.marl.games.tree import cache_path, resolve_device
 
 LARGE = 1_000_000  # histories above which a game counts as large (fewer iterations)
+EXACT = 1e-12  # our NashConv against OpenSpiel's, and against LiteEFG's (converted)
 
 
 def _sync(device: torch.device) -> None:
@@ -78,6 +98,149 @@ def tensor_to_cpp_table(tree, policy: torch.Tensor) -> dict:
     }
 
 
+def import_liteefg():
+    """The ``LiteEFG`` module (PyPI ``liteefg``), or None with a note saying how to get it."""
+    try:
+        import LiteEFG
+    except ImportError:
+        print(
+            "# LiteEFG is not installed: its rows are skipped. Install it with `pip install liteefg` "
+            "(only an sdist on PyPI: pip builds it with cmake and a C++17 compiler; "
+            "`pip install -e '.[dev]'` includes it).",
+            file=sys.stderr,
+        )
+        return None
+    return LiteEFG
+
+
+def _liteefg_policy(leg_env, tree, node) -> torch.Tensor:
+    """``[1, I, A]``: the values of a LiteEFG graph node (a behavioural policy) in our layout."""
+    row = {key: i for i, key in enumerate(tree.infoset_keys)}
+    out = np.zeros((tree.num_infosets, tree.max_actions))
+    for p in range(tree.num_players):
+        for key, probs in leg_env.get_value(p + 1, node):  # OpenSpiel information state strings
+            out[row[key], : len(probs)] = probs
+    return torch.as_tensor(out, dtype=tree.dtype).unsqueeze(0)
+
+
+def bench_liteefg(
+    leg, game_name: str, tree, iterations: int, repeats: int, eval_repeats: int, policy, nash_conv_ref
+) -> dict:
+    """LiteEFG against ours, one thread each: CFR iterations/s and exact evaluation of ``policy``.
+
+    LiteEFG loads the OpenSpiel game itself (``OpenSpielEnv`` writes it once to
+    ``~/game_instances/*.openspiel`` and reads that file afterwards), so both
+    engines solve the same game: same histories, information states, legal
+    actions (in OpenSpiel's order), chance probabilities and payoffs.
+    """
+    from LiteEFG.baselines.CFR import graph as LiteEFGCFR
+
+    row: dict = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    leg.set_threads(1)
+    game = pyspiel.load_game(game_name)
+    try:
+        t0 = time.perf_counter()
+        env = leg.OpenSpielEnv(game, traverse_type="Enumerate")
+        row["liteefg_load_s"] = time.perf_counter() - t0
+
+        # ---- CFR. LiteEFG's CFR graph updates every player from the same profile
+        # (env.update with upd_player=-1), i.e. simultaneous updates: ours runs the
+        # same schedule (alternating=False) for the comparison. One LiteEFG iteration
+        # is its training loop's (LiteEFG/baselines/utils.py: train): update_graph,
+        # then update_strategy, which accumulates the average.
+        warm = CFRSolver(tree, "cfr", alternating=False)
+        warm.step()
+        warm = CFRSolver(tree, "cfr", alternating=True)
+        warm.step()
+        del warm
+        t_lite, t_sim, t_alt = [], [], []
+        graph = None
+        for r in range(repeats):  # interleaved, best of `repeats` (shared machines are noisy)
+            if r:  # a fresh environment: it keeps the running averages per strategy node
+                del env, graph
+                gc.collect()
+                env = leg.OpenSpielEnv(game, traverse_type="Enumerate")
+            with contextlib.redirect_stdout(io.StringIO()):  # the graph prints a banner
+                graph = LiteEFGCFR()
+            env.set_graph(graph)
+            t0 = time.perf_counter()
+            for _ in range(iterations):
+                graph.update_graph(env)
+                env.update_strategy(graph.current_strategy())
+            t_lite.append(time.perf_counter() - t0)
+            for alternating, times in ((False, t_sim), (True, t_alt)):
+                ours = CFRSolver(tree, "cfr", alternating=alternating)
+                t0 = time.perf_counter()
+                for _ in range(iterations):
+                    ours.step()
+                times.append(time.perf_counter() - t0)
+                if not alternating:
+                    sim = ours
+        row["liteefg_cfr_s"], row["ours_sim_1t_s"], row["ours_alt_1t_s"] = min(t_lite), min(t_sim), min(t_alt)
+        # Same algorithm: the current policies after the same iterations agree. (LiteEFG
+        # plays uniform where the positive regrets sum to less than its EPS = 1e-9, we
+        # where they sum to 0; its "avg-iterate" averages the policies of iterations
+        # 2..T+1 — update_strategy runs after the update — ours those of 1..T.)
+        lite_cur = _liteefg_policy(env, tree, graph.current_strategy())
+        row["liteefg_cfr_policy_diff"] = float((lite_cur - sim.current_policy().cpu()).abs().max())
+        del env, graph, sim
+        gc.collect()
+
+        # ---- exact evaluation of the same policy. LiteEFG's env.exploitability returns,
+        # per player p, max_b u_p(b, pi_-p) - u_p(pi) (SequenceForm::GetExploitability:
+        # best-response value minus on-policy value): their SUM is NashConv, and
+        # NashConv / N is the exploitability of OpenSpiel (two players) and ours.
+        env = leg.OpenSpielEnv(game, traverse_type="Enumerate")
+
+        class Fixed(leg.Graph):  # a graph holding one policy, set from outside
+            def __init__(self):
+                super().__init__()
+                with leg.backward(is_static=True):
+                    self.strategy = leg.const(self.action_set_size, 1.0 / self.action_set_size)
+
+        fixed = Fixed()
+        env.set_graph(fixed)
+        pol = policy.detach().cpu()[0].numpy()
+        row_of = {key: i for i, key in enumerate(tree.infoset_keys)}
+        nact = tree.arrays.num_actions
+        for p in range(tree.num_players):
+            keys = [key for key, _ in env.get_value(p + 1, fixed.strategy)]  # LiteEFG's order
+            env.set_value(p + 1, fixed.strategy, [pol[row_of[k], : nact[row_of[k]]].tolist() for k in keys])
+        if float((_liteefg_policy(env, tree, fixed.strategy) - policy.cpu()).abs().max()) != 0.0:
+            raise RuntimeError("the policy did not reach LiteEFG unchanged")
+        env.exploitability(fixed.strategy)  # warm-up, as ours below
+        t_lite, gains = [], None
+        for _ in range(eval_repeats):
+            t0 = time.perf_counter()
+            gains = env.exploitability(fixed.strategy)
+            t_lite.append(time.perf_counter() - t0)
+        evaluate(tree, policy)  # warm-up (index structures) at one thread
+        t_ours, ev = [], None
+        for _ in range(max(eval_repeats, 5)):
+            t0 = time.perf_counter()
+            ev = evaluate(tree, policy)
+            t_ours.append(time.perf_counter() - t0)
+        row["liteefg_eval_s"], row["ours_eval_1t_s"] = min(t_lite), min(t_ours)
+        row["liteefg_gains"] = list(gains)
+        row["liteefg_nash_conv"] = float(sum(gains))  # = NashConv
+        row["liteefg_exploitability"] = row["liteefg_nash_conv"] / tree.num_players
+        row["liteefg_eval_nash_conv_diff"] = abs(row["liteefg_nash_conv"] - float(ev.nash_conv[0]))
+        row["liteefg_eval_exploitability_diff"] = abs(
+            row["liteefg_exploitability"] - float(ev.exploitability[0])
+        )
+        row["liteefg_eval_ref_diff"] = abs(row["liteefg_nash_conv"] - nash_conv_ref)
+        del env, fixed
+        gc.collect()
+    finally:
+        torch.set_num_threads(threads)
+    row["liteefg_it_s"] = iterations / row["liteefg_cfr_s"]
+    row["ours_sim_1t_it_s"] = iterations / row["ours_sim_1t_s"]
+    row["ours_alt_1t_it_s"] = iterations / row["ours_alt_1t_s"]
+    return row
+
+
 def bench_game(
     game_name: str,
     iterations: int,
@@ -88,6 +251,7 @@ def bench_game(
     cache: bool,
     eval_repeats: int,
     repeats: int,
+    leg=None,
 ) -> dict:
     row: dict = {"game": game_name}
     # ---- build / load
@@ -161,8 +325,23 @@ def bench_game(
     row["eval_ours_nash_conv"] = nc_ours
     row["eval_diff"] = abs(nc_ours - nc_os)
     row["nash_conv_diff_cpp_vs_ours"] = abs(nc_os - row["ours_nash_conv"])
+    # the reference for the 1e-12 check: OpenSpiel's python NashConv (about two and a
+    # half minutes on 3-player Leduc, plus 20 s to build its TabularPolicy)
+    t0 = time.perf_counter()
+    row["eval_ref"] = "open_spiel.python.algorithms.exploitability.nash_conv"
+    nc_ref = float(os_expl.nash_conv(game, tree.to_tabular_policy(cpp_pol, game)))
+    row["eval_ref_s"] = time.perf_counter() - t0
+    row["eval_ref_nash_conv"] = nc_ref
+    row["eval_ref_diff"] = abs(nc_ours - nc_ref)
     del cpp, cpp_tab
     gc.collect()
+
+    # ---- LiteEFG, one thread each (CFR, and evaluation of the same policy)
+    if leg is not None:
+        row.update(
+            bench_liteefg(leg, game_name, tree, n, reps, 3 if large else eval_repeats, cpp_pol, nc_ref)
+        )
+        gc.collect()
 
     # ---- OpenSpiel python (fewer iterations on large games)
     t0 = time.perf_counter()
@@ -278,6 +457,7 @@ def main() -> None:
         help="timed runs of the fast measurements, best taken (default 3; --quick 1; 1 on large games)",
     )
     ap.add_argument("--quick", action="store_true", help="small settings for a smoke test")
+    ap.add_argument("--no-liteefg", action="store_true", help="skip the LiteEFG comparison")
     args = ap.parse_args()
     q = args.quick
     iterations = args.iterations or (10 if q else 100)
@@ -296,6 +476,11 @@ def main() -> None:
         f"{getattr(pyspiel, '__version__', '?')}"
     )
 
+    leg = None if args.no_liteefg else import_liteefg()
+    if leg is not None:
+        from importlib.metadata import version
+
+        print(f"# LiteEFG {version('liteefg')}")
     rows = []
     for g in games:
         print(f"# {g} …", file=sys.stderr, flush=True)
@@ -310,6 +495,7 @@ def main() -> None:
                 cache=not args.no_cache,
                 eval_repeats=1 if q else 3,
                 repeats=args.repeats or (1 if q else 3),
+                leg=leg,
             )
         )
 
@@ -362,6 +548,62 @@ def main() -> None:
             f"{r['cpp_nash_conv']:.12f} | {r['eval_diff']:.1e} |"
         )
     print("  (same policy: the C++ solver's average after the iterations above)")
+    failures = []
+    for r in rows:
+        ok = r["eval_ref_diff"] <= EXACT
+        print(
+            f"  {r['game']}: ours {r['eval_ours_nash_conv']:.15f} vs {r['eval_ref']} "
+            f"{r['eval_ref_nash_conv']:.15f}, |diff| {r['eval_ref_diff']:.1e} "
+            f"{'<=' if ok else '>'} {EXACT:.0e}: {'ok' if ok else 'FAIL'}"
+        )
+        if not ok:
+            failures.append(f"{r['game']}: NashConv differs from {r['eval_ref']} by {r['eval_ref_diff']:.1e}")
+
+    lite_rows = [r for r in rows if "liteefg_it_s" in r]
+    if lite_rows:
+        print(
+            "\n| game | one thread each | iterations | it/s | ours (simultaneous) speed-up | "
+            "max |Δ current policy| vs ours |"
+        )
+        print("|---|---|---|---|---|---|")
+        for r in lite_rows:
+            print(
+                f"| {r['game']} | LiteEFG CFR (simultaneous updates) | {r['iterations']} | "
+                f"{r['liteefg_it_s']:.2f} | 1x | {r['liteefg_cfr_policy_diff']:.1e} |"
+            )
+            print(
+                f"| {r['game']} | ours CFR, alternating=False (the same schedule) | {r['iterations']} | "
+                f"{r['ours_sim_1t_it_s']:.2f} | **{r['ours_sim_1t_it_s'] / r['liteefg_it_s']:.1f}x** | — |"
+            )
+            print(
+                f"| {r['game']} | ours CFR, alternating=True (as OpenSpiel) | {r['iterations']} | "
+                f"{r['ours_alt_1t_it_s']:.2f} | {r['ours_alt_1t_it_s'] / r['liteefg_it_s']:.1f}x | — |"
+            )
+        print(
+            "\n| game | one thread each | LiteEFG env.exploitability s | ours evaluate s | speed-up | "
+            "LiteEFG NashConv (sum of gains) | ours NashConv | |diff| |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for r in lite_rows:
+            print(
+                f"| {r['game']} | same policy | {r['liteefg_eval_s']:.4f} | {r['ours_eval_1t_s']:.4f} | "
+                f"**{r['liteefg_eval_s'] / r['ours_eval_1t_s']:.1f}x** | {r['liteefg_nash_conv']:.15f} | "
+                f"{r['eval_ours_nash_conv']:.15f} | {r['liteefg_eval_nash_conv_diff']:.1e} |"
+            )
+        print(
+            "  LiteEFG's env.exploitability returns each player's best-response gain; their sum is "
+            "NashConv,\n  and NashConv / N our (and OpenSpiel's two-player) exploitability: "
+            + ", ".join(
+                f"{r['game']} {r['liteefg_exploitability']:.12f} vs ours "
+                f"(|diff| {r['liteefg_eval_exploitability_diff']:.1e})"
+                for r in lite_rows
+            )
+        )
+        for r in lite_rows:
+            if r["liteefg_eval_nash_conv_diff"] > EXACT:
+                failures.append(
+                    f"{r['game']}: LiteEFG's NashConv differs from ours by {r['liteefg_eval_nash_conv_diff']:.1e}"
+                )
 
     b = bench_batched(
         "leduc_poker", args.batch, batch_iterations, device, repeats=args.repeats or (1 if q else 3)
@@ -405,10 +647,27 @@ def main() -> None:
         head[f"{k}_eval_speedup"] = round(r["eval_openspiel_s"] / r["eval_ours_s"], 1)
         head[f"{k}_eval_diff"] = r["eval_diff"]
         head[f"{k}_tree_load_s"] = round(r["tree_load_s"], 2)
+        head[f"{k}_eval_ref_diff"] = r["eval_ref_diff"]
+        if "liteefg_it_s" in r:
+            head[f"{k}_liteefg_it_s"] = round(r["liteefg_it_s"], 3)
+            head[f"{k}_ours_1thread_it_s"] = round(r["ours_sim_1t_it_s"], 3)  # alternating=False, as LiteEFG
+            head[f"{k}_ours_1thread_alternating_it_s"] = round(r["ours_alt_1t_it_s"], 3)
+            head[f"{k}_cfr_speedup_vs_liteefg"] = round(r["ours_sim_1t_it_s"] / r["liteefg_it_s"], 2)
+            head[f"{k}_cfr_policy_diff_vs_liteefg"] = r["liteefg_cfr_policy_diff"]
+            head[f"{k}_liteefg_exploitability_s"] = round(r["liteefg_eval_s"], 5)
+            head[f"{k}_ours_exploitability_1thread_s"] = round(r["ours_eval_1t_s"], 5)
+            head[f"{k}_exploitability_speedup_vs_liteefg"] = round(
+                r["liteefg_eval_s"] / r["ours_eval_1t_s"], 2
+            )
+            head[f"{k}_nash_conv_diff_vs_liteefg"] = r["liteefg_eval_nash_conv_diff"]
+            head[f"{k}_liteefg_load_s"] = round(r["liteefg_load_s"], 2)
     head["batched_variants"] = b["variants"]
     head["batched_speedup"] = round(b["speedup"], 2)
     head["batched_max_diff"] = b["max_exploitability_diff"]
     print(json.dumps(head))
+    if failures:
+        print("FAILED: " + "; ".join(failures), file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
