@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -486,11 +486,22 @@ class CFRSolver:
             curve=curve,
             solve_seconds=solve_time,
             wall_seconds=time.perf_counter() - t0,
+            average_policy=self.average_policy().cpu(),
+            tree=self.tree,
         )
 
 
 @dataclass
 class SolveResult:
+    """What :meth:`CFRSolver.run` ends with, for each of its ``B`` batch variants.
+
+    ``exploitability`` and ``nash_conv`` are the final values, one per variant
+    (a list even for one solver: :attr:`final_exploitability` is the number);
+    ``curve`` the ``(iteration, [exploitability per variant])`` checkpoints;
+    ``average_policy`` the ``[B, I, A]`` average policies (on the CPU), which
+    :meth:`tabular_policy` turns into an OpenSpiel ``TabularPolicy``.
+    """
+
     game: str
     algorithm: str
     iterations: int
@@ -499,6 +510,27 @@ class SolveResult:
     curve: list[tuple[int, list[float]]]
     solve_seconds: float
     wall_seconds: float
+    average_policy: torch.Tensor | None = field(default=None, repr=False)
+    tree: GameTree | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def final_exploitability(self) -> float:
+        """The final exploitability (NashConv / N) of a single solver's average policy."""
+        if len(self.exploitability) != 1:
+            raise ValueError(
+                f"this run solved a batch of {len(self.exploitability)} variants: "
+                "read exploitability[i] for variant i"
+            )
+        return self.exploitability[0]
+
+    def tabular_policy(self, variant: int = 0):
+        """The average policy of batch variant ``variant`` as an OpenSpiel ``TabularPolicy``
+        (for ``open_spiel.python.algorithms.exploitability`` and the rest of OpenSpiel)."""
+        if self.average_policy is None or self.tree is None:
+            raise ValueError("this result holds no average policy (it was not made by CFRSolver.run)")
+        if not 0 <= variant < self.average_policy.shape[0]:
+            raise ValueError(f"variant must be in [0, {self.average_policy.shape[0]}), got {variant}")
+        return self.tree.to_tabular_policy(self.average_policy[variant])
 
 
 def solve(

@@ -377,3 +377,20 @@ def test_cuda_matches_cpu():
         gpu.step()
     assert torch.allclose(cpu.average_policy(), gpu.average_policy().cpu(), atol=1e-9)
     assert cpu.evaluate().nash_conv.item() == pytest.approx(gpu.evaluate().nash_conv.item(), abs=1e-9)
+
+
+def test_solve_result_names_the_final_value_and_exports_the_average_policy():
+    from open_spiel.python.algorithms import exploitability as os_expl
+
+    res = CFRSolver("kuhn_poker", "cfr+", device="cpu").run(50)
+    assert isinstance(res.final_exploitability, float) and res.final_exploitability == res.exploitability[0]
+    assert res.average_policy is not None and res.average_policy.shape[0] == 1
+    tab = res.tabular_policy()
+    game = pyspiel.load_game("kuhn_poker")
+    # OpenSpiel's own exploitability of the exported policy is the one the solver reported
+    assert abs(os_expl.exploitability(game, tab) - res.final_exploitability) < 1e-12
+    batch = CFRSolver("kuhn_poker", "cfr", batch=2, device="cpu").run(5)
+    with pytest.raises(ValueError, match="a batch of 2 variants: read exploitability"):
+        _ = batch.final_exploitability
+    with pytest.raises(ValueError, match=r"variant must be in \[0, 2\)"):
+        batch.tabular_policy(2)
