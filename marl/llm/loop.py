@@ -50,6 +50,7 @@ and before each save that it fits on the disk and otherwise stops with a
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -373,11 +374,12 @@ def train(
     """
     cfg = validate_settings(TrainConfig, config, "train")
     env, owned = init_from_env(cfg.device)
-    try:
-        return _train(recipe, cfg, Path(out), env, resume=resume, progress=progress, tensorboard=tensorboard)
-    finally:
-        if owned:
-            shutdown()
+    if owned:
+        # Joined here: the group is left when the process exits, not when this run ends, so a
+        # second train() in the same process uses it again (joining afresh after leaving can
+        # hang on the rendezvous store torchrun keeps for the whole job).
+        atexit.register(shutdown)
+    return _train(recipe, cfg, Path(out), env, resume=resume, progress=progress, tensorboard=tensorboard)
 
 
 def _train(

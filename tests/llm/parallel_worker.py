@@ -106,11 +106,16 @@ def main(argv: list[str]) -> None:
         finally:
             if owned:
                 torch.distributed.destroy_process_group()
-    elif mode == "loop":
+    elif mode == "loop":  # one process group for every run, as `societas train` does for its seeds
         model, sharding, *runs = args
-        for run in runs:
-            out, steps, how = run.rsplit(":", 2)
-            run_loop(out, model, int(steps), how == "resume", sharding)
+        env, owned = init_from_env("cpu")
+        try:
+            for run in runs:
+                out, steps, how = run.rsplit(":", 2)
+                run_loop(out, model, int(steps), how == "resume", sharding)
+        finally:
+            if owned:
+                torch.distributed.destroy_process_group()
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 def torchrun(nproc: int, *args: str) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    r = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
 
 
