@@ -28,6 +28,7 @@ import yaml
 
 __all__ = [
     "MAX_DOCUMENT_CHARS",
+    "escape_script_json",
     "MAX_DOCUMENT_DEPTH",
     "MAX_DOCUMENT_ITEMS",
     "DocumentError",
@@ -303,3 +304,9 @@ def _file_label(path: Path) -> str:
     or another character that does not print (so that a message stays one line)."""
     name = str(path)
     return name if name.isprintable() else repr(name)
+
+
+def escape_script_json(text: str) -> str:
+    """JSON text made safe inside an HTML ``<script>`` element: ``<``, ``>`` and ``&`` become
+    ``\\u`` escapes (still the same JSON), so no ``</script>`` or ``<!--`` can end or hide it."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

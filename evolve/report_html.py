@@ -37,6 +37,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from societas.agents.documents import escape_script_json
+
 from .held_out import HeldOutEntry
 from .program import Program
 
@@ -187,7 +189,7 @@ def html_report_data(
 def _embed(data: dict[str, Any]) -> str:
     """JSON that is safe inside a ``<script>`` element: no ``<`` at all (so no ``</script>``, no ``<!--``)."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=True)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return escape_script_json(text)
 
 
 def render_html_report(data: dict[str, Any]) -> str:

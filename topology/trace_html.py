@@ -48,6 +48,8 @@ from typing import Any
 
 import networkx as nx
 
+from societas.agents.documents import escape_script_json
+
 from .graph import Graph, topological_layers_of
 from .render import layout_positions
 from .routing import END
@@ -684,7 +686,7 @@ def _as_traces(source: TraceSource) -> list[Trace]:
 def _script_json(data: Any) -> str:
     """JSON safe inside ``<script>``: no ``<``, ``>`` or ``&`` that the HTML parser could read."""
     text = json.dumps(_jsonable(data), ensure_ascii=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return escape_script_json(text)
 
 
 def trace_to_html(source: TraceSource, graph: Graph | None = None, *, title: str | None = None) -> str:
