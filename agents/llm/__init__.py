@@ -15,7 +15,17 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .base import LLM, ChatMessage, Completion, Prompt, SamplingParams, UnknownLLM, Usage
+from .base import (
+    LLM,
+    ChatMessage,
+    Completion,
+    ContextLengthError,
+    Prompt,
+    SamplingParams,
+    UnknownLLM,
+    Usage,
+    fit_max_new_tokens,
+)
 from .function import FunctionLLM
 from .openai_compat import LLMServerError, OpenAICompatibleLLM
 
@@ -39,6 +49,8 @@ __all__ = [
     "load_llm",
     "clear_cache",
     "UnknownLLM",
+    "ContextLengthError",
+    "fit_max_new_tokens",
 ]
 
 # Names whose modules import torch and transformers: loaded on first use (PEP 562),

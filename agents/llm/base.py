@@ -130,6 +130,12 @@ class LLM(Protocol):
 
     ``generate(prompts, params)`` returns a list with one list of completions
     per prompt (``params.n`` of them), in prompt order.
+
+    The project's backends also expose ``context_length: int | None`` (the
+    most tokens a prompt and its reply may hold together; ``None`` when
+    unknown) and cap ``max_new_tokens`` to it (see :func:`fit_max_new_tokens`).
+    It is not part of the protocol, so that any object with ``name`` and
+    ``generate`` stays an LLM; read it with ``getattr(llm, "context_length", None)``.
     """
 
     name: str
@@ -228,3 +234,142 @@ def render_chat_plain(messages: Sequence[ChatMessage]) -> str:
 
 class UnknownLLM(ValueError):
     """An LLM URI that :func:`~societas.agents.llm.load_llm` cannot interpret."""
+
+
+# -- context length ------------------------------------------------------------
+#
+# Every backend has ``context_length: int | None``: the most tokens a prompt and
+# its reply may hold together (``None``: unknown, nothing is capped). A request
+# whose prompt plus ``max_new_tokens`` would not fit gets a smaller
+# ``max_new_tokens`` (with one warning, see :func:`fit_max_new_tokens`); a
+# prompt that leaves no room for even one new token is refused with
+# :class:`ContextLengthError` before anything is generated.
+
+
+class ContextLengthError(ValueError):
+    """A prompt that leaves no room for a reply within the model's context length.
+
+    ``model``, ``context_length`` and ``prompt_tokens`` say which model, how
+    long its context is and how many tokens the prompt holds.
+    """
+
+    def __init__(self, message: str, *, model: str, context_length: int, prompt_tokens: int) -> None:
+        super().__init__(message)
+        self.model = model
+        self.context_length = context_length
+        self.prompt_tokens = prompt_tokens
+
+
+def check_context_length(value: Any, what: str = "context_length") -> int | None:
+    """``value`` when it is a positive int or ``None``; otherwise a ``ValueError`` naming ``what``."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{what} must be a positive number of tokens or None, got {value!r}")
+    return value
+
+
+def fit_max_new_tokens(
+    prompt_tokens: int,
+    max_new_tokens: int,
+    context_length: int | None,
+    *,
+    model: str,
+    warned: set[tuple[int, int]] | None = None,
+    prompt: str = "the prompt",
+    source: str | None = None,
+    estimated: bool = False,
+) -> int:
+    """The largest ``max_new_tokens`` that fits the context: ``min(max_new_tokens, context_length - prompt_tokens)``.
+
+    ``context_length=None`` (unknown) caps nothing. A cap logs a warning naming
+    the model, the context length, the prompt's token count and the requested
+    and capped budgets. ``warned`` is the backend instance's memory of what it
+    already warned about: a warning is logged once per ``(max_new_tokens,
+    context_length)`` (later caps of the same request log at DEBUG), because
+    the cap depends on each prompt's length and a batch of prompts of
+    different lengths must not flood the log; without ``warned`` every cap
+    warns. ``prompt`` names the prompt in messages (``"prompt 3"``),
+    ``source`` where the context length comes from (``"max_model_len"``) and
+    ``estimated`` marks a prompt length that is an estimate.
+
+    Raises :class:`ContextLengthError` when ``prompt_tokens >= context_length``:
+    not even one new token would fit.
+    """
+    if context_length is None:
+        return max_new_tokens
+    about = "about " if estimated else ""
+    limit = f"{context_length} tokens" + (f" ({source})" if source else "")
+    room = context_length - prompt_tokens
+    if room < 1:
+        raise ContextLengthError(
+            f"{model}: {prompt} has {about}{prompt_tokens} tokens, which leaves no room for a reply "
+            f"within the model's context length of {limit}; shorten the prompt or use a model with a "
+            "longer context",
+            model=model,
+            context_length=context_length,
+            prompt_tokens=prompt_tokens,
+        )
+    if max_new_tokens <= room:
+        return max_new_tokens
+    key = (max_new_tokens, context_length)
+    first = warned is None or key not in warned
+    if warned is not None:
+        warned.add(key)
+    log.log(
+        logging.WARNING if first else logging.DEBUG,
+        "%s: %s has %s%d tokens, so max_new_tokens=%d does not fit the model's context length of %s; "
+        "capped to %d%s",
+        model,
+        prompt,
+        about,
+        prompt_tokens,
+        max_new_tokens,
+        limit,
+        room,
+        " (further caps of this request are logged at DEBUG level)" if first and warned is not None else "",
+    )
+    return room
+
+
+def with_max_new_tokens(p: SamplingParams, max_new_tokens: int) -> SamplingParams:
+    """``p`` with ``max_new_tokens`` replaced (and ``min_new_tokens`` lowered to it when larger)."""
+    if max_new_tokens == p.max_new_tokens:
+        return p
+    return p.model_copy(
+        update={"max_new_tokens": max_new_tokens, "min_new_tokens": min(p.min_new_tokens, max_new_tokens)}
+    )
+
+
+def fit_params_to_context(
+    prompt_tokens: Sequence[int],
+    params: Sequence[SamplingParams],
+    context_length: int | None,
+    *,
+    model: str,
+    warned: set[tuple[int, int]] | None = None,
+    source: str | None = None,
+) -> list[SamplingParams]:
+    """One SamplingParams per prompt, each ``max_new_tokens`` capped to what fits after that prompt.
+
+    ``prompt_tokens[i]`` is the exact token count of prompt ``i``. Every prompt
+    is checked before any is generated, so a prompt too long for the context
+    fails the batch with :class:`ContextLengthError` naming it (``prompt i``).
+    """
+    if len(prompt_tokens) != len(params):
+        raise ValueError(f"got {len(params)} SamplingParams for {len(prompt_tokens)} prompts")
+    if context_length is None:
+        return list(params)
+    out: list[SamplingParams] = []
+    for i, (n, p) in enumerate(zip(prompt_tokens, params)):
+        cap = fit_max_new_tokens(
+            n,
+            p.max_new_tokens,
+            context_length,
+            model=model,
+            warned=warned,
+            prompt=f"prompt {i}",
+            source=source,
+        )
+        out.append(with_max_new_tokens(p, cap))
+    return out

@@ -5,6 +5,8 @@ them, the SamplingParams and the sample index) and returns the reply text.
 Token counts are whitespace-split word counts, so budgets behave sensibly; a
 reply longer than ``max_new_tokens`` words is cut after that many words, keeping
 its own whitespace (newlines and indentation survive, so code stays code).
+``context_length`` (default ``None``: no limit) caps ``max_new_tokens`` in the
+same words, as the other backends do in tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from .base import (
     SamplingParams,
     Usage,
     broadcast_params,
+    check_context_length,
+    fit_params_to_context,
     normalize_prompt,
     truncate_at_stop,
 )
@@ -48,6 +52,8 @@ class FunctionLLM:
 
     ``batch_fn(list_of_messages) -> list[str]`` may be given instead, to see
     the whole batch at once (useful to test that a caller batches).
+    ``context_length`` (words, default ``None``) plays a model's context length:
+    see :func:`~societas.agents.llm.base.fit_max_new_tokens`.
     """
 
     def __init__(
@@ -57,6 +63,7 @@ class FunctionLLM:
         batch_fn: Callable[[list[list[ChatMessage]]], list[str]] | None = None,
         name: str = "function",
         latency_s: float = 0.0,
+        context_length: int | None = None,
     ) -> None:
         if (fn is None) == (batch_fn is None):
             raise ValueError("FunctionLLM needs exactly one of fn or batch_fn")
@@ -64,6 +71,8 @@ class FunctionLLM:
         self.batch_fn = batch_fn
         self.name = name
         self.latency_s = latency_s
+        self.context_length = check_context_length(context_length)
+        self._warned_context: set[tuple[int, int]] = set()
         self.calls = 0  # number of generate() calls, one per batch
         self.batch_sizes: list[int] = []
         if fn is not None:
@@ -79,6 +88,13 @@ class FunctionLLM:
     ) -> list[list[Completion]]:
         plist = broadcast_params(params, len(prompts))
         msgs = [normalize_prompt(p) for p in prompts]
+        plist = fit_params_to_context(
+            [sum(_count(m["content"]) for m in ms) for ms in msgs],
+            plist,
+            self.context_length,
+            model=self.name,
+            warned=self._warned_context,
+        )
         self.calls += 1
         self.batch_sizes.append(len(prompts))
         if self.latency_s:

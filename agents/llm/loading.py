@@ -8,6 +8,7 @@ code that only parses, sandboxes or calls a function agent.
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,14 @@ def load_llm(uri: str, *, shared: bool = True, **kwargs: Any) -> LLM:
     With ``shared=True`` (the default) the same URI returns the same object,
     so every node of a graph that names ``embedded`` shares one model — and
     the Runtime can batch their calls together. Keyword arguments go to the
-    backend's constructor (and make the instance unshared). :func:`clear_cache`
-    forgets the shared instances, so that a long-lived process can free a
-    model it no longer uses.
+    backend's constructor (and make the instance unshared), e.g.
+    ``load_llm("openai:URL#MODEL", timeout_s=120, max_retries=3, backoff_s=2)``
+    for a server's request deadline and retries, or ``context_length=2048``
+    (every backend but ``vllm:``, whose context length is ``max_model_len``).
+    An option the URI's backend does not have is a ``TypeError`` naming the
+    backend and the options it takes. :func:`clear_cache` forgets the shared
+    instances, so that a long-lived process can free a model it no longer
+    uses.
     """
     if not isinstance(uri, str) or not uri.strip():
         raise UnknownLLM(f"an LLM URI must be a non-empty string, got {uri!r}")
@@ -55,14 +61,54 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
+def _options(cls: type) -> tuple[set[str], bool]:
+    """The keyword options a backend's constructor takes, and whether it takes any other (``**kwargs``)."""
+    params = list(inspect.signature(cls).parameters.values())
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _check_options(uri: str, cls: type, kw: dict[str, Any], fixed: tuple[str, ...] = ()) -> None:
+    """A ``TypeError`` for keyword arguments that the backend of ``uri`` does not take.
+
+    ``fixed`` are the constructor arguments the URI itself supplies. A backend
+    that forwards unknown options elsewhere (vLLM's engine arguments) still
+    refuses the options that only the HTTP client has (``timeout_s``,
+    ``max_retries``, ...): the engine would fail on them with a less helpful error.
+    """
+    named, open_ended = _options(cls)
+    named -= set(fixed)
+    if open_ended:
+        client_only, _ = _options(OpenAICompatibleLLM)
+        bad = sorted(k for k in kw if k not in named and k in client_only)
+    else:
+        bad = sorted(k for k in kw if k not in named)
+    if bad:
+        takes = ", ".join(sorted(named)) + (", and its engine's arguments" if open_ended else "")
+        raise TypeError(
+            f"load_llm({uri!r}): the {cls.__name__} backend has no option {', '.join(bad)}; it takes: {takes}"
+        )
+
+
 def _build(uri: str, **kw: Any) -> LLM:
     if uri == "embedded":
+        _check_options(uri, TransformersLLM, kw, ("model", "name"))
         return TransformersLLM(prepare(), name="embedded", **kw)
     scheme, sep, rest = uri.partition(":")
     if not sep or not rest:
         raise UnknownLLM(
             f"unknown LLM {uri!r}; expected 'embedded' or one of {', '.join(SCHEMES[1:])}PATH/MODEL"
         )
+    backend = {
+        "hf": TransformersLLM,
+        "gguf": TransformersLLM,
+        "vllm": VLLMLLM,
+        "openai": OpenAICompatibleLLM,
+        "function": FunctionLLM,
+    }.get(scheme)
+    if backend is not None and kw:
+        fixed = {"gguf": ("model", "name"), "openai": ("base_url", "model"), "function": ("fn", "name")}
+        _check_options(uri, backend, kw, fixed.get(scheme, ("model",)))
     if scheme == "hf":
         return TransformersLLM(rest, **kw)
     if scheme == "gguf":

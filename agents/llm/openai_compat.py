@@ -77,10 +77,40 @@ Concurrency, timeouts and retries
     2**k``, capped at ``backoff_max_s``, drawn from its upper half); a
     ``Retry-After`` header (seconds or HTTP date; or ``retry-after-ms``)
     replaces the backoff, capped at ``backoff_max_s``. Other statuses (400,
-    401, 404, ...) fail at once. Failing raises :class:`LLMServerError`,
-    naming the URL, the model, the number of attempts and the last error
-    (server text quoted on one line); a failed prompt fails the whole batch
-    and stops the retries of its other prompts.
+    401, 404, ...) fail at once: a client error (4xx) would fail the same way
+    again, and the error says so ("not retried: HTTP 400 is a client error
+    ...") next to the server's own message. Failing raises
+    :class:`LLMServerError`, naming the URL, the model, the number of
+    attempts and the last error (server text quoted on one line); a failed
+    prompt fails the whole batch and stops the retries of its other prompts.
+    (The one exception is a context-length error, below.)
+
+Context length
+    ``context_length`` is the most tokens a prompt and its reply may hold
+    together. It is the constructor's ``context_length`` when given, else what
+    the server's ``GET {base_url}/models`` reports for the model (vLLM's
+    ``max_model_len``; also ``context_length``, ``context_window`` or
+    ``max_context_length``), asked once, on first use (or by :meth:`check`),
+    else ``None``. The client cannot count a prompt's tokens before sending
+    it, so it *estimates* them from below: one token per
+    :data:`CHARS_PER_TOKEN_BOUND` (6) characters of message text, while
+    tokenizers average 3-4 characters per token on prose and code. A
+    request whose ``max_new_tokens`` exceeds ``context_length`` minus that
+    estimate is capped to it (with a warning); an estimate low by the usual
+    factor of two caps too little rather than too much, so no reply is cut
+    short by a wrong guess, and what still does not fit is settled by the
+    server: a 4xx answer whose message states the context length and the
+    prompt's exact token count (vLLM's and OpenAI's "This model's maximum
+    context length is N tokens. However, you requested T tokens (P in the
+    messages, Q in the completion)", vLLM's newer "... and your request has
+    P input tokens ...", llama.cpp's ``n_ctx``/``n_prompt_tokens``; see
+    :func:`parse_context_error`) makes the client cap ``max_tokens`` to
+    ``N - P`` and send the request once more, with a warning (one per
+    requested budget and context length per instance, not one per prompt).
+    When ``P >= N`` the prompt alone does not fit and
+    :class:`~societas.agents.llm.base.ContextLengthError` is raised; a
+    context message without the numbers is an :class:`LLMServerError`, not
+    retried.
 
 Native tool calls
     ``generate(..., tools=[...])`` sends ``"tools"`` (each tool's
@@ -118,13 +148,14 @@ import logging
 import math
 import os
 import random
+import re
 import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeGuard
 from urllib.parse import urlsplit
 
 import httpx
@@ -136,6 +167,8 @@ from .base import (
     ToolCall,
     Usage,
     broadcast_params,
+    check_context_length,
+    fit_max_new_tokens,
     normalize_prompt,
     truncate_at_stop,
 )
@@ -149,10 +182,14 @@ log = logging.getLogger(__name__)
 _SIBLING_STOP_S = 1.0
 
 __all__ = [
+    "CHARS_PER_TOKEN_BOUND",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "RETRY_STATUSES",
+    "ContextOverflow",
     "LLMServerError",
     "OpenAICompatibleLLM",
+    "estimate_prompt_tokens",
+    "parse_context_error",
     "tool_prompt_messages",
 ]
 
@@ -164,6 +201,15 @@ DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 MAX_STOP_SENT = 4  # the OpenAI API rejects more; the rest are applied client-side
 _EXCERPT_CHARS = 300
+
+CHARS_PER_TOKEN_BOUND = 6
+"""Characters of message text counted as one token when a prompt's length is estimated
+(:func:`estimate_prompt_tokens`): more than tokenizers average, so the estimate stays below
+the true count and caps ``max_tokens`` too little rather than too much."""
+
+# Keys under which model listings report a context length (vLLM: max_model_len).
+_LISTING_CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length")
+_LISTING_TIMEOUT_S = 10.0
 
 
 class LLMServerError(RuntimeError):
@@ -208,6 +254,7 @@ class _AttemptError(Exception):
         body: str | None = None,
         retry_after: float | None = None,
         no_retry: str = "the server rejected the request",
+        context: ContextOverflow | None = None,
     ) -> None:
         super().__init__(description)
         self.description = description
@@ -216,6 +263,7 @@ class _AttemptError(Exception):
         self.body = body
         self.retry_after = retry_after
         self.no_retry = no_retry  # for the message, when the error is not retryable
+        self.context = context  # a client error that says the request exceeds the context length
 
 
 class _Cancelled(Exception):
@@ -330,6 +378,97 @@ def _server_message(text: str) -> str:
     return _excerpt(text)
 
 
+@dataclass(frozen=True)
+class ContextOverflow:
+    """What a server's context-length error says: the model's context length and,
+    when it says so, the prompt's token count (``None`` when it does not)."""
+
+    context_length: int
+    prompt_tokens: int | None
+
+
+_CONTEXT_RE = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
+_PROMPT_RES = (
+    re.compile(r"\((\d+) in the messages", re.IGNORECASE),  # vLLM (older), OpenAI, DeepSeek
+    re.compile(r"\((\d+) in your prompt", re.IGNORECASE),  # the completions API's variant
+    re.compile(r"request has (\d+) input tokens", re.IGNORECASE),  # vLLM >= 0.10
+    re.compile(r"messages resulted in (\d+) tokens", re.IGNORECASE),  # OpenAI, prompt alone too long
+)
+_REQUESTED_RE = re.compile(r"you requested (\d+) tokens", re.IGNORECASE)
+
+
+def _error_fields(text: str) -> dict[str, Any]:
+    """The ``error`` object of a JSON error body (or the body itself), else ``{}``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    err = data.get("error")
+    return err if isinstance(err, dict) else data
+
+
+def parse_context_error(text: str, max_tokens: int | None = None) -> ContextOverflow | None:
+    """Read a server's "the request exceeds the context length" error, else ``None``.
+
+    ``text`` is the error body (JSON or plain text). Understood: "This model's
+    maximum context length is N tokens" with the prompt's count P from "(P in
+    the messages, ...)" (vLLM before 0.10, OpenAI), "(P in your prompt; ...)",
+    "your request has P input tokens" (vLLM 0.10 and later) or "your messages
+    resulted in P tokens" (OpenAI), or, failing those, from "you requested T
+    tokens" minus the ``max_tokens`` that was sent; and llama.cpp's JSON
+    fields ``n_ctx`` and ``n_prompt_tokens``. A message that names the
+    context length but not the prompt's count gives ``prompt_tokens=None``.
+    """
+    fields = _error_fields(text)
+    n_ctx, n_prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")
+    if _is_int(n_ctx) and n_ctx > 0:
+        return ContextOverflow(n_ctx, n_prompt if _is_int(n_prompt) and n_prompt >= 0 else None)
+    m = _CONTEXT_RE.search(text)
+    if m is None:
+        return None
+    context_length = int(m.group(1))
+    for pattern in _PROMPT_RES:
+        found = pattern.search(text)
+        if found is not None:
+            return ContextOverflow(context_length, int(found.group(1)))
+    requested = _REQUESTED_RE.search(text)
+    if requested is not None and max_tokens is not None and int(requested.group(1)) >= max_tokens:
+        return ContextOverflow(context_length, int(requested.group(1)) - max_tokens)
+    return ContextOverflow(context_length, None)
+
+
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    """A low estimate of a prompt's tokens: its characters (message texts, tool calls' names
+    and arguments) divided by :data:`CHARS_PER_TOKEN_BOUND`, rounded down. The chat template's
+    own tokens are not counted either, so the true count is nearly always larger."""
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                chars += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+    return chars // CHARS_PER_TOKEN_BOUND
+
+
+def _listed_context_length(data: Any, model: str) -> int | None:
+    """The context length a ``/models`` listing reports for ``model``, else ``None``."""
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            for key in _LISTING_CONTEXT_KEYS:
+                value = entry.get(key)
+                if _is_int(value) and value > 0:
+                    return int(value)
+    return None
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
     """Seconds the server asks us to wait (``retry-after-ms``, ``Retry-After`` seconds or HTTP date)."""
     ms = headers.get("retry-after-ms")
@@ -355,7 +494,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -702,6 +841,14 @@ class OpenAICompatibleLLM:
     instance as a context manager, or call :meth:`close`, to release its
     threads and connections. ``generate`` also takes ``tools`` and returns
     the server's native tool calls (see the module docstring).
+
+    ``timeout_s``, ``max_retries`` and ``backoff_s`` (and ``backoff_max_s``)
+    set the per-attempt deadline and the retries (OpenEvolve's
+    ``llm.timeout``, ``llm.retries`` and ``llm.retry_delay``); through
+    :func:`~societas.agents.llm.load_llm` they are keyword arguments:
+    ``load_llm("openai:URL#MODEL", timeout_s=120, max_retries=3)``.
+    ``context_length`` fixes the model's context length instead of asking
+    the server (see "Context length" in the module docstring).
     """
 
     supports_native_tools = True
@@ -721,8 +868,10 @@ class OpenAICompatibleLLM:
         name: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        context_length: int | None = None,
     ) -> None:
         self.base_url = _check_base_url(base_url)
+        context_length = check_context_length(context_length)
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         if not _is_int(max_concurrency) or max_concurrency < 1:
@@ -781,8 +930,46 @@ class OpenAICompatibleLLM:
         self._closed = threading.Event()
         self._active: set[threading.Event] = set()  # cancel events of running generate() calls
         self._warned_no_logprobs = False
+        self._context_length = context_length  # given by the caller
+        self._listed_context: int | None = None  # reported by GET /models
+        self._learned_context: int | None = None  # read from a context-length error
+        self._listing_asked = context_length is not None  # nothing to ask when it is given
+        self._listing_lock = threading.Lock()
+        self._warned_context: set[tuple[int, int]] = set()  # (requested, context length) already warned about
         self._stats: dict[str, int] = {}
         self.reset_stats()
+
+    @property
+    def context_length(self) -> int | None:
+        """The most tokens a prompt and its reply may hold together, ``None`` when unknown.
+
+        The constructor's ``context_length``, else what the server's model
+        listing reports (asked once, on first use: this property may send one
+        ``GET {base_url}/models``), else what a context-length error of the
+        server said, else ``None``.
+        """
+        if self._context_length is not None:
+            return self._context_length
+        self._ask_listing()
+        return self._listed_context if self._listed_context is not None else self._learned_context
+
+    def _ask_listing(self) -> None:
+        """Read the context length from ``GET {base_url}/models``, once per instance; failures only leave it unknown."""
+        with self._listing_lock:
+            if self._listing_asked:
+                return
+            self._listing_asked = True
+            try:
+                r = self._client.get(
+                    f"{self.base_url}/models", timeout=min(self.timeout_s, _LISTING_TIMEOUT_S)
+                )
+                data = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError) as exc:
+                log.debug("%s: no model listing (%s: %s)", self.name, type(exc).__name__, exc)
+                return
+            self._listed_context = _listed_context_length(data, self.model)
+            if self._listed_context is not None:
+                log.debug("%s: the server reports a context length of %d", self.name, self._listed_context)
 
     # ------------------------------------------------------------ health
     def check(self, timeout_s: float = 10.0) -> None:
@@ -817,9 +1004,14 @@ class OpenAICompatibleLLM:
         if r.status_code >= 400:
             raise fail(f"the server answered HTTP {r.status_code}: {_server_message(r.text)}", r.status_code)
         try:
-            ids = [str(m.get("id")) for m in r.json().get("data", []) if isinstance(m, dict)]
+            data = r.json()
+            ids = [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
         except (ValueError, AttributeError):
             return  # a non-standard listing: the server is up
+        with self._listing_lock:  # the listing answers the context-length question too
+            if not self._listing_asked:
+                self._listing_asked = True
+                self._listed_context = _listed_context_length(data, self.model)
         if ids and self.model not in ids:
             raise fail(f"the server serves {', '.join(ids[:10])}, not {self.model!r}", r.status_code)
 
@@ -920,6 +1112,9 @@ class OpenAICompatibleLLM:
         self._bump("prompts", len(messages))
         if not messages:
             return []
+        context_length = self.context_length  # may ask the server once
+        if self._closed.is_set():
+            raise RuntimeError(f"{self.name}: closed while generate() was running")
 
         cancel = threading.Event()
         with self._lock:
@@ -928,7 +1123,7 @@ class OpenAICompatibleLLM:
             cancel.set()
         try:
             futures = [
-                self._pool.submit(self._complete_prompt, i, m, p, cancel, toolset)
+                self._pool.submit(self._complete_prompt, i, m, p, cancel, toolset, context_length)
                 for i, (m, p) in enumerate(zip(messages, plist))
             ]
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -957,14 +1152,16 @@ class OpenAICompatibleLLM:
         n: int,
         seed: int | None,
         toolset: _ToolSet | None = None,
+        max_tokens: int | None = None,
     ) -> dict:
+        max_tokens = p.max_new_tokens if max_tokens is None else max_tokens
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "n": n,
             "temperature": p.temperature,
             "top_p": p.top_p,
-            "max_tokens": p.max_new_tokens,
+            "max_tokens": max_tokens,
         }
         if toolset is not None and toolset.schemas:
             body["tools"] = toolset.schemas
@@ -975,7 +1172,8 @@ class OpenAICompatibleLLM:
         if p.logprobs:
             body["logprobs"] = True
         if p.min_new_tokens:
-            body["min_tokens"] = p.min_new_tokens  # vLLM's extension; other servers ignore or reject it
+            # vLLM's extension; other servers ignore or reject it
+            body["min_tokens"] = min(p.min_new_tokens, max_tokens)
         body.update(self.extra_body)
         return body
 
@@ -986,12 +1184,29 @@ class OpenAICompatibleLLM:
         p: SamplingParams,
         cancel: threading.Event,
         toolset: _ToolSet | None = None,
+        context_length: int | None = None,
     ) -> list[Completion]:
         out: list[Completion] = []
+        max_tokens = p.max_new_tokens
+        if context_length is not None:
+            estimate = estimate_prompt_tokens(messages)
+            if estimate < context_length:  # else the server says whether (and by how much) it fits
+                max_tokens = fit_max_new_tokens(
+                    estimate,
+                    max_tokens,
+                    context_length,
+                    model=self.name,
+                    warned=self._warned_context,
+                    prompt=f"prompt {index}",
+                    estimated=True,
+                )
         while len(out) < p.n:
             need = p.n - len(out)
             seed = p.seed if (p.seed is None or not out) else p.seed + len(out)
-            resp = self._post(self._request_body(messages, p, need, seed, toolset), cancel)
+            body = self._request_body(messages, p, need, seed, toolset, max_tokens)
+            resp, sent = self._post(body, cancel, index, p.max_new_tokens)
+            if sent is not None:  # capped after a context-length error: the rest of the samples too
+                max_tokens = sent
             if len(resp.choices) > need:
                 log.warning(
                     "%s: server returned %d choices for n=%d; keeping the first %d",
@@ -1053,16 +1268,35 @@ class OpenAICompatibleLLM:
         )
 
     # ------------------------------------------------------------------ HTTP
-    def _post(self, body: dict, cancel: threading.Event) -> _Response:
-        """Send one request with retries; return the parsed response or raise :class:`LLMServerError`."""
+    def _post(
+        self, body: dict, cancel: threading.Event, index: int = 0, requested: int | None = None
+    ) -> tuple[_Response, int | None]:
+        """Send one request with retries; return the parsed response and the ``max_tokens`` it
+        was sent with, or raise :class:`LLMServerError`.
+
+        A context-length error of the server (see :func:`parse_context_error`)
+        caps ``max_tokens`` and sends the request once more (an attempt beyond
+        ``max_retries``); ``requested`` is the caller's ``max_new_tokens``,
+        which names the warning.
+        """
         attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        refitted = False
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             if cancel.is_set():
                 raise _Cancelled()
             self._bump("requests")
             try:
-                return self._attempt(body)
+                sent = body.get("max_tokens")
+                return self._attempt(body), sent if _is_int(sent) else None
             except _AttemptError as e:
+                if e.context is not None and not refitted:
+                    refit = self._refit(body, e.context, index, requested)
+                    if refit is not None:
+                        body, refitted = refit, True
+                        attempts += 1  # the capped request is one more attempt, not a retry
+                        continue
                 if not e.retryable:
                     self._bump("failures")
                     raise self._give_up(attempt, e) from None
@@ -1084,6 +1318,39 @@ class OpenAICompatibleLLM:
                 if cancel.wait(delay):
                     raise _Cancelled() from None
         raise AssertionError("unreachable: the retry loop always returns or raises")
+
+    def _refit(self, body: dict, ctx: ContextOverflow, index: int, requested: int | None) -> dict | None:
+        """The request with ``max_tokens`` capped to what the server says fits, or ``None`` when
+        its error does not say enough (or capping would change nothing). Raises
+        :class:`ContextLengthError` when the prompt alone fills the context."""
+        if self._context_length is None and self._listed_context is None:
+            self._learned_context = ctx.context_length  # later prompts are estimated against it
+        if ctx.prompt_tokens is None:
+            return None
+        sent = body.get("max_tokens")
+        if not isinstance(sent, int) or isinstance(sent, bool):
+            return None
+        try:
+            cap = fit_max_new_tokens(
+                ctx.prompt_tokens,
+                max(sent, requested or 0),
+                ctx.context_length,
+                model=self.name,
+                warned=self._warned_context,
+                prompt=f"prompt {index}",
+                source="as the server reports",
+            )
+        except ValueError:
+            self._bump("failures")
+            raise
+        if cap >= sent:
+            return None
+        body = dict(body, max_tokens=cap)
+        if _is_int(body.get("max_completion_tokens")):
+            body["max_completion_tokens"] = min(body["max_completion_tokens"], cap)
+        if _is_int(body.get("min_tokens")):
+            body["min_tokens"] = min(body["min_tokens"], cap)
+        return body
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -1124,12 +1391,19 @@ class OpenAICompatibleLLM:
         status, raw = ex.status, ex.raw
         if not 200 <= status < 300:
             text = raw.decode("utf-8", errors="replace")
+            client_error = 400 <= status < 500
+            if client_error:
+                no_retry = f"HTTP {status} is a client error, which the same request would meet again"
+            else:
+                no_retry = f"HTTP {status} is not a transient server error"
             raise _AttemptError(
                 f"HTTP {status}: {_server_message(text)}",
                 retryable=status in RETRY_STATUSES,
                 status=status,
                 body=_excerpt(text),
                 retry_after=_retry_after(ex.headers),
+                no_retry=no_retry,
+                context=parse_context_error(text, body.get("max_tokens")) if client_error else None,
             )
         try:
             data = json.loads(raw)

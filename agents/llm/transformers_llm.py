@@ -11,6 +11,15 @@ Log-probabilities, when asked, are those of the model's own distribution
 (log-softmax of the logits before temperature and top-p), one per generated
 token, the end-of-sequence token included — what a policy-gradient trainer
 re-computes.
+
+Context length: ``context_length`` is read from the model's config
+(``max_position_embeddings``, else ``n_positions``, ``max_seq_len``,
+``seq_length``), else from a sane ``tokenizer.model_max_length``, unless the
+constructor is given one. Each prompt's ``max_new_tokens`` is capped to what
+fits after that prompt (rows of one batch keep their own caps: the decode loop
+already stops every row at its own limit); a prompt too long for even one new
+token fails the call with :class:`~societas.agents.llm.base.ContextLengthError`
+before anything is generated.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from .base import (
     SamplingParams,
     Usage,
     broadcast_params,
+    check_context_length,
     encode_with_tokenizer,
+    fit_params_to_context,
     render_with_tokenizer,
     truncate_at_stop,
 )
@@ -58,6 +69,26 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     return torch.device(device)
 
 
+_CONFIG_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+_SANE_TOKENIZER_LENGTH = 10_000_000  # transformers' "no limit" is int(1e30)
+
+
+def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
+    """The context length a model declares: its config's ``max_position_embeddings``
+    (or ``n_positions``, ``max_seq_len``, ``seq_length``), else the tokenizer's
+    ``model_max_length`` when it is a real limit (below 10 million), else ``None``."""
+    config = getattr(model, "config", None)
+    for cfg in (config, getattr(config, "text_config", None)):
+        for key in _CONFIG_LENGTH_KEYS:
+            value = getattr(cfg, key, None) if cfg is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _SANE_TOKENIZER_LENGTH:
+        return value
+    return None
+
+
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -76,6 +107,10 @@ class TransformersLLM:
     ``TransformersLLM("path/to/model.gguf")`` (or pass ``model=`` and
     ``tokenizer=`` objects directly, e.g. a tiny randomly initialised model in
     tests or the policy being trained).
+
+    ``context_length`` overrides the context length read from the model (see
+    the module docstring); through :func:`~societas.agents.llm.load_llm`:
+    ``load_llm("embedded", context_length=2048)``.
     """
 
     def __init__(
@@ -88,7 +123,9 @@ class TransformersLLM:
         name: str | None = None,
         max_batch_size: int = 64,
         chat_template: str | None = None,
+        context_length: int | None = None,
     ) -> None:
+        context_length = check_context_length(context_length)
         self.device = resolve_device(device)
         torch_dtype = _resolve_dtype(dtype, self.device)
         if isinstance(model, (str, Path)):
@@ -125,6 +162,10 @@ class TransformersLLM:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.max_batch_size = max_batch_size
+        self.context_length: int | None = (
+            context_length if context_length is not None else model_context_length(self.model, self.tokenizer)
+        )
+        self._warned_context: set[tuple[int, int]] = set()  # (requested, context length) already warned about
         self.eos_ids = self._eos_ids()
         self.calls = 0
         self.prefill_rows = 0  # prompts actually encoded (identical prompts share one)
@@ -165,6 +206,9 @@ class TransformersLLM:
     ) -> list[list[Completion]]:
         plist = broadcast_params(params, len(prompts))
         ids = self.encode_prompts(prompts)
+        plist = fit_params_to_context(
+            [len(x) for x in ids], plist, self.context_length, model=self.name, warned=self._warned_context
+        )
         rows = [(i, s) for i, p in enumerate(plist) for s in range(p.n)]
         results: dict[tuple[int, int], Completion] = {}
         # Similar lengths together keeps padding small; order is restored below.

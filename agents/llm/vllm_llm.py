@@ -64,6 +64,7 @@ from .base import (
     Usage,
     broadcast_params,
     encode_with_tokenizer,
+    fit_params_to_context,
     render_with_tokenizer,
 )
 from .openai_compat import tool_prompt_messages
@@ -185,6 +186,35 @@ class WeightSyncExtension:
                     method.process_weights_after_loading(module)
 
 
+def fit_to_max_model_len(
+    prompt_ids: Sequence[Sequence[int]],
+    params: Sequence[SamplingParams],
+    max_model_len: int,
+    *,
+    model: str,
+    warned: set[tuple[int, int]] | None = None,
+) -> list[SamplingParams]:
+    """The SamplingParams to send for tokenized prompts, each ``max_new_tokens`` capped to
+    ``max_model_len`` minus its prompt's length (what :meth:`VLLMLLM.generate` does; no vLLM needed).
+
+    A prompt that renders to no tokens is a ``ValueError``; one that leaves no
+    room for a new token within ``max_model_len`` is a
+    :class:`~societas.agents.llm.base.ContextLengthError` (a ``ValueError``),
+    both before anything is generated.
+    """
+    for i, x in enumerate(prompt_ids):
+        if not x:
+            raise ValueError(f"prompt {i} rendered to zero tokens")
+    return fit_params_to_context(
+        [len(x) for x in prompt_ids],
+        params,
+        max_model_len,
+        model=model,
+        warned=warned,
+        source=f"max_model_len={max_model_len}",
+    )
+
+
 def safetensors_index(model_dir: Path) -> dict[str, tuple[str, list[int]]] | None:
     """Name → (dtype, shape) of every tensor of a local safetensors checkpoint.
 
@@ -242,6 +272,10 @@ class VLLMLLM:
             checkpoint to bfloat16) and vLLM's choice on accelerators.
         max_model_len: longest prompt + completion, in tokens (``None``: the
             model's own limit, which may make the KV cache reservation large).
+            It is the backend's ``context_length``: each prompt's
+            ``max_new_tokens`` is capped to fit it (with one warning), and a
+            prompt that leaves no room for a reply fails with
+            :class:`~societas.agents.llm.base.ContextLengthError`.
         gpu_memory_utilization: share of accelerator memory vLLM reserves —
             on the CPU, the share of RAM. Default 0.9 on a GPU, 0.3 on the CPU.
             Passing ``kv_cache_memory_bytes=`` instead fixes the KV cache size.
@@ -316,6 +350,7 @@ class VLLMLLM:
         self.tokenizer = self.llm.get_tokenizer()
         model_config = self.llm.llm_engine.model_config
         self.max_model_len = int(model_config.max_model_len)
+        self._warned_context: set[tuple[int, int]] = set()  # (requested, context length) already warned about
         self.dtype = model_config.dtype
         self._tied_embeddings = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         local = Path(model_str)
@@ -353,6 +388,11 @@ class VLLMLLM:
                 "unset: the Runtime then describes tools in its text protocol"
             )
         self.tool_parser, self._tool_parser_cls = name, ToolParserManager.get_tool_parser(name)
+
+    @property
+    def context_length(self) -> int:
+        """The engine's ``max_model_len``: the most tokens a prompt and its reply may hold together."""
+        return self.max_model_len
 
     @property
     def template_renders_tools(self) -> bool:
@@ -486,14 +526,9 @@ class VLLMLLM:
             ]
         else:
             ids = self.encode_prompts(prompts)
-        for i, x in enumerate(ids):
-            if not x:
-                raise ValueError(f"prompt {i} rendered to zero tokens")
-            if len(x) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {i} has {len(x)} tokens, which leaves no room to generate within "
-                    f"max_model_len={self.max_model_len}"
-                )
+        plist = fit_to_max_model_len(
+            ids, plist, self.max_model_len, model=self.name, warned=self._warned_context
+        )
         from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
         self.calls += 1

@@ -52,9 +52,24 @@ normal answer. A fault is a tuple:
     one byte every ``seconds_per_byte``; it stops when the client goes away
     or the server stops.
 
+A context length, like vLLM's ``max_model_len``, is played with
+``context_length=N``: ``GET {prefix}/models`` lists it as the model's
+``max_model_len`` (unless ``list_context_length=False``), and a chat request
+whose prompt tokens (the fake tokens of its messages' texts) plus
+``max_tokens`` exceed it is answered HTTP 400 with vLLM's message, in the
+words of ``context_error``: ``"vllm"`` (before 0.10: "This model's maximum
+context length is N tokens. However, you requested T tokens (P in the
+messages, Q in the completion). ..."), ``"vllm-new"`` (0.10 and later:
+"'max_tokens' or 'max_completion_tokens' is too large: Q. This model's
+maximum context length is N tokens and your request has P input tokens (Q >
+N - P).", or "... However, your request has P input tokens. ..." when the
+prompt alone is too long) or ``"vague"`` ("maximum context length exceeded",
+no numbers).
+
 Every chat request is recorded (``.requests``, ``.headers``) whatever
-happens to it, and the server counts requests in flight (``.max_in_flight``)
-so that tests can check a client's concurrency limit, and response bytes
+happens to it, as is the path of every ``GET`` (``.gets``), and the server
+counts requests in flight (``.max_in_flight``) so that tests can check a
+client's concurrency limit, and response bytes
 written to sockets (``.bytes_sent``, headers excluded) so that tests can check
 how much of an answer a client read before it gave up.
 """
@@ -150,6 +165,7 @@ _FAULT_ARITY = {
     "trickle": (2, 3),
 }
 _CHUNK = 64 * 1024
+_CONTEXT_ERRORS = ("vllm", "vllm-new", "vague")
 
 
 def _check_fault(fault: Any) -> tuple:
@@ -252,7 +268,8 @@ class OpenAITestServer:
     response, to play a server that ignores ``n``. ``api_key``, when given,
     makes the server answer 401 to requests (chat and ``GET``) without
     ``Authorization: Bearer <api_key>``. ``model`` is the id listed by ``GET {prefix}/models``; chat
-    requests for any model are answered.
+    requests for any model are answered. ``context_length``,
+    ``list_context_length`` and ``context_error``: see the module docstring.
     """
 
     def __init__(
@@ -267,6 +284,9 @@ class OpenAITestServer:
         api_key: str | None = None,
         model: str = "test-model",
         prefix: str = "/v1",
+        context_length: int | None = None,
+        list_context_length: bool = True,
+        context_error: str = "vllm",
     ) -> None:
         if not callable(responder):
             raise TypeError(f"responder must be callable, got {type(responder).__name__}")
@@ -276,6 +296,10 @@ class OpenAITestServer:
             raise ValueError(f"max_choices must be >= 1 or None, got {max_choices}")
         if prefix and not prefix.startswith("/"):
             raise ValueError(f"prefix must start with '/', got {prefix!r}")
+        if context_length is not None and context_length < 1:
+            raise ValueError(f"context_length must be >= 1 or None, got {context_length}")
+        if context_error not in _CONTEXT_ERRORS:
+            raise ValueError(f"context_error must be one of {_CONTEXT_ERRORS}, got {context_error!r}")
         self.responder = responder
         self.delay_s = float(delay_s)
         self.apply_stop = apply_stop
@@ -284,11 +308,15 @@ class OpenAITestServer:
         self.api_key = api_key
         self.model = model
         self.prefix = prefix.rstrip("/")
+        self.context_length = context_length
+        self.list_context_length = list_context_length
+        self.context_error = context_error
         self._pass_index = _wants_sample_index(responder)
         self._lock = threading.Lock()
         self._faults: deque[tuple] = deque(_check_fault(f) for f in (faults or ()))
         self._requests: list[dict] = []
         self._headers: list[dict[str, str]] = []
+        self._gets: list[str] = []
         self._faults_served: list[tuple] = []
         self._in_flight = 0
         self._max_in_flight = 0
@@ -360,6 +388,12 @@ class OpenAITestServer:
             return list(self._requests)
 
     @property
+    def gets(self) -> list[str]:
+        """The paths of all ``GET`` requests received so far (the model listing), in arrival order."""
+        with self._lock:
+            return list(self._gets)
+
+    @property
     def headers(self) -> list[dict[str, str]]:
         """The headers of all chat requests received so far (names lower-cased)."""
         with self._lock:
@@ -404,6 +438,7 @@ class OpenAITestServer:
         with self._lock:
             self._requests.clear()
             self._headers.clear()
+            self._gets.clear()
             self._faults.clear()
             self._faults_served.clear()
             self._max_in_flight = self._in_flight
@@ -419,14 +454,15 @@ class OpenAITestServer:
 
     def _handle_get(self, h: _Handler) -> None:
         path = h.path.split("?", 1)[0].rstrip("/")
+        with self._lock:
+            self._gets.append(path)
         if self.api_key is not None and h.headers.get("Authorization") != f"Bearer {self.api_key}":
             self._send_json(h, 401, _error_body("Incorrect API key provided", "invalid_api_key"))
         elif path == f"{self.prefix}/models":
-            data = {
-                "object": "list",
-                "data": [{"id": self.model, "object": "model", "owned_by": "societas-test"}],
-            }
-            self._send_json(h, 200, data)
+            entry: dict[str, Any] = {"id": self.model, "object": "model", "owned_by": "societas-test"}
+            if self.context_length is not None and self.list_context_length:
+                entry["max_model_len"] = self.context_length
+            self._send_json(h, 200, {"object": "list", "data": [entry]})
         else:
             self._send_json(h, 404, _error_body(f"no route GET {path}", 404))
 
@@ -579,6 +615,13 @@ class OpenAITestServer:
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             return 400, _error_body(f"'max_tokens' must be a positive integer, got {max_tokens!r}", 400)
+        prompt_tokens = sum(
+            len(fake_tokenize(m["content"]))
+            for m in messages
+            if isinstance(m, dict) and isinstance(m.get("content"), str)
+        )
+        if self.context_length is not None and prompt_tokens + (max_tokens or 1) > self.context_length:
+            return 400, _error_body(self._context_message(prompt_tokens, max_tokens), 400, "BadRequestError")
         stop = body.get("stop") or []
         if isinstance(stop, str):
             stop = [stop]
@@ -619,17 +662,34 @@ class OpenAITestServer:
             "choices": choices,
         }
         if self.include_usage:
-            prompt_tokens = sum(
-                len(fake_tokenize(m["content"]))
-                for m in messages
-                if isinstance(m, dict) and isinstance(m.get("content"), str)
-            )
             data["usage"] = {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             }
         return 200, data
+
+    def _context_message(self, prompt: int, max_tokens: int | None) -> str:
+        """vLLM's words for a request that does not fit ``context_length`` (see the module docstring)."""
+        n, asked = self.context_length, max_tokens or 0
+        if self.context_error == "vague":
+            return "maximum context length exceeded; please shorten your request"
+        if self.context_error == "vllm-new" and (prompt >= (n or 0) or max_tokens is None):
+            return (
+                f"This model's maximum context length is {n} tokens. However, your request has {prompt} "
+                "input tokens. Please reduce the length of the input messages."
+            )
+        if self.context_error == "vllm-new":
+            return (
+                f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum "
+                f"context length is {n} tokens and your request has {prompt} input tokens "
+                f"({asked} > {n} - {prompt})."
+            )
+        return (
+            f"This model's maximum context length is {n} tokens. However, you requested {prompt + asked} "
+            f"tokens ({prompt} in the messages, {asked} in the completion). Please reduce the length of "
+            "the messages or completion."
+        )
 
     def _shape(
         self, reply: Reply, max_tokens: int | None, stop: Sequence[str]
