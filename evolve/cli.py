@@ -131,6 +131,11 @@ RUN_UNCONFINED_WARNING = (
 )
 
 
+def _note(message: str, as_json: bool) -> None:
+    """One line on standard error about how the run goes (standard output keeps the result)."""
+    err.print(f"[cyan]note:[/cyan] {message}", highlight=False, soft_wrap=True)
+
+
 def _warn_unconfined(message: str = UNCONFINED_WARNING) -> None:
     err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
@@ -244,7 +249,10 @@ def run(
         "RAY_ADDRESS, else a local Ray instance",
     ),
     llm: list[str] | None = typer.Option(
-        None, "--llm", help="LLM URI for societas.agents.load_llm (repeatable)"
+        None,
+        "--llm",
+        help="LLM URI for societas.agents.load_llm (repeatable; replaces llm.models), or 'none' to run the "
+        "LLM-free operators only",
     ),
     llm_timeout: float | None = typer.Option(
         None,
@@ -331,19 +339,31 @@ def run(
             _warn_unconfined(RUN_UNCONFINED_WARNING)
         if llm_timeout is not None:
             cfg.llm.timeout = llm_timeout
-        if llm:
-            uris = [(uri, 1.0) for uri in llm]
-            timeouts = [cfg.llm.timeout] * len(uris)
+        given = list(llm or [])
+        no_llm = [u.strip().lower() for u in given] == ["none"]
+        if given and not no_llm and any(u.strip().lower() == "none" for u in given):
+            _fail("--llm none runs without any LLM: give it alone, not with other --llm URIs", 2, as_json)
+        if no_llm:
+            uris: list[str] = []
+        elif given:
+            uris = given
         else:
-            uris = [(m.uri(cfg.llm.api_base), m.weight) for m in cfg.llm.models]
-            timeouts = [m.timeout if m.timeout is not None else cfg.llm.timeout for m in cfg.llm.models]
-        if (llm_timeout is not None) and not any(uri.strip().startswith("openai:") for uri, _ in uris):
+            uris = [m.uri(cfg.llm.api_base) for m in cfg.llm.models]
+        if (llm_timeout is not None) and not any(uri.strip().startswith("openai:") for uri in uris):
             _fail(
                 "--llm-timeout applies to OpenAI-compatible LLMs (openai:...), and this run has none",
                 2,
                 as_json,
             )
-        ensemble = LLMEnsemble.from_uris(uris, timeouts=timeouts) if uris else None
+        ensemble = None if no_llm else LLMEnsemble.from_config(cfg.llm, given or None)
+        if ensemble is None:
+            weights = {k: w for k, w in cfg.mutation.weights.items() if w > 0}
+            free = sorted(k for k in weights if k not in ("llm", "llm_line"))
+            why = "--llm none" if no_llm else "no LLM is configured (llm.models) or given (--llm)"
+            _note(
+                f"{why}: children come from the LLM-free operators only ({', '.join(free) or 'none'})",
+                as_json,
+            )
         n_workers = workers or cfg.evaluator.parallel_evaluations
         _share_cpus_with_evaluations(n_workers)
         pool = make_executor(executor, n_workers, ray_address)

@@ -4,9 +4,10 @@ The layout follows OpenEvolve's ``config.yaml`` so that a task written for
 OpenEvolve runs unchanged: the top-level ``max_iterations`` and
 ``random_seed``, and the ``llm``, ``prompt``, ``database`` and ``evaluator``
 sections with OpenEvolve's key names where they mean the same thing.
-OpenEvolve keys that have no counterpart here (checkpointing, LLM feedback,
-retries, …) are listed in :data:`IGNORED_OPENEVOLVE_KEYS` and dropped with an
-INFO log; any other unknown key is an error naming its path, so a typo like
+Every key of OpenEvolve's schema is honoured (translated where the name
+differs here) or accepted with one warning that says it has no effect; see
+:mod:`societas.evolve.compat`, which lists each one. Any other unknown key is
+an error naming its path and the closest known key, so a typo like
 ``database.num_island`` never passes silently. Our own additions are the
 ``mutation`` section (the mix of LLM diffs and AST operators), ``batch_size``,
 ``evaluator.task_settings`` (per-run parameters handed to the task's
@@ -29,6 +30,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -40,10 +42,11 @@ from pydantic import (
 
 from societas.agents.documents import DocumentError, load_yaml_file
 
+from .compat import OPENEVOLVE_KEYS, closest, translate
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "IGNORED_OPENEVOLVE_KEYS",
     "MAX_ITERATIONS",
     "MAX_RANDOM_SEED",
     "MAX_WORKERS",
@@ -59,6 +62,9 @@ __all__ = [
     "LLMModelConfig",
     "MutationConfig",
     "PromptConfig",
+    "AdaptiveConfig",
+    "NoveltyConfig",
+    "dump_config",
     "load_config",
     "parse_config",
 ]
@@ -78,99 +84,6 @@ DEFAULT_SYSTEM_MESSAGE = (
     "Only code between EVOLVE-BLOCK-START and EVOLVE-BLOCK-END may change."
 )
 
-# OpenEvolve keys accepted and ignored (no counterpart here), by section ("" = top level).
-IGNORED_OPENEVOLVE_KEYS: dict[str, frozenset[str]] = {
-    "": frozenset(
-        {
-            "checkpoint_interval",
-            "log_level",
-            "log_dir",
-            "allow_full_rewrites",
-            "language",
-            "file_suffix",
-            "early_stopping_patience",
-            "convergence_threshold",
-            "early_stopping_metric",
-            "max_tasks_per_child",
-            "evolution_trace",
-        }
-    ),
-    "llm": frozenset(
-        {
-            "evaluator_models",
-            "api_key",
-            "retries",
-            "retry_delay",
-            "system_message",
-            "primary_model",
-            "primary_model_weight",
-            "secondary_model",
-            "secondary_model_weight",
-            "reasoning_effort",
-            "manual_mode",
-        }
-    ),
-    "llm.models": frozenset(
-        {
-            "api_key",
-            "retries",
-            "retry_delay",
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "reasoning_effort",
-        }
-    ),
-    "prompt": frozenset(
-        {
-            "template_dir",
-            "evaluator_system_message",
-            "use_template_stochasticity",
-            "template_variations",
-            "use_meta_prompting",
-            "meta_prompt_weight",
-            "include_changes_under_chars",
-            "suggest_simplification_after_chars",
-            "concise_implementation_max_lines",
-            "comprehensive_implementation_min_lines",
-            "code_length_threshold",
-            "programs_as_changes_description",
-            "system_message_changes_description",
-            "initial_changes_description",
-            "diff_summary_max_line_len",
-            "diff_summary_max_lines",
-            "artifact_security_filter",
-            "max_artifact_bytes",
-        }
-    ),
-    "database": frozenset(
-        {
-            "db_path",
-            "in_memory",
-            "log_prompts",
-            "elite_selection_ratio",
-            "random_seed",
-            "cleanup_old_artifacts",
-            "artifact_size_threshold",
-            "artifact_retention_days",
-            "artifacts_base_path",
-            "novelty_llm",
-            "embedding_model",
-            "similarity_threshold",
-        }
-    ),
-    "evaluator": frozenset(
-        {
-            "max_retries",
-            "use_llm_feedback",
-            "llm_feedback_weight",
-            "distributed",
-            "enable_artifacts",
-            "max_artifact_storage",
-        }
-    ),
-}
-
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the field."""
@@ -184,15 +97,41 @@ MAX_LLM_TIMEOUT_S = 86_400.0
 """The longest request time limit accepted (a day)."""
 
 
-class LLMModelConfig(_Section):
-    """One backend of the ensemble: an ``societas.agents.load_llm`` URI (or an OpenAI model name) and its weight."""
+class _Sampling(_Section):
+    """Settings a model takes from ``llm`` unless it sets its own (OpenEvolve's shared model settings)."""
+
+    api_key: str | None = Field(
+        None,
+        description="the server's API key; ${VAR} reads the environment variable VAR when the run starts",
+    )
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_LLM_TIMEOUT_S,
+        description="seconds one request to an OpenAI-compatible server may take in all (connecting, "
+        "waiting and reading the answer)",
+    )
+    retries: int | None = Field(
+        None, ge=0, le=100, description="retries after a timeout, HTTP 429 or 5xx; other 4xx are not retried"
+    )
+    retry_delay: float | None = Field(
+        None, ge=0, le=3600, description="seconds before the first retry, doubled for each further one"
+    )
+    reasoning_effort: str | None = Field(None, description="sent to the server as reasoning_effort")
+
+
+class LLMModelConfig(_Sampling):
+    """One backend of the ensemble: an ``societas.agents.load_llm`` URI (or an OpenAI model name) and its weight.
+
+    Sampling and request settings left unset here come from the ``llm`` section.
+    """
 
     name: str = Field(min_length=1)
     weight: float = Field(1.0, gt=0)
     api_base: str | None = None
-    timeout: float | None = Field(
-        None, gt=0, le=MAX_LLM_TIMEOUT_S, description="this model's request time limit; default llm.timeout"
-    )
 
     def uri(self, default_api_base: str | None) -> str:
         """The ``load_llm`` URI: the name itself when it is one, else ``openai:API_BASE#NAME``."""
@@ -208,19 +147,26 @@ class LLMModelConfig(_Section):
         return f"openai:{base}#{self.name}"
 
 
-class LLMConfig(_Section):
+class LLMConfig(_Sampling):
     models: list[LLMModelConfig] = Field(default_factory=list)
     api_base: str | None = None
-    timeout: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_LLM_TIMEOUT_S,
-        description="seconds one request to an OpenAI-compatible server may take in all (connecting, "
-        "waiting and reading the answer); default the client's own (60 s)",
+    temperature: float | None = Field(0.7, ge=0)
+    top_p: float | None = Field(0.95, gt=0, le=1)
+    max_tokens: int | None = Field(4096, ge=1)
+    retries: int | None = Field(
+        3, ge=0, le=100, description="retries after a timeout, HTTP 429 or 5xx; other 4xx are not retried"
     )
-    temperature: float = Field(0.7, ge=0)
-    top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(4096, ge=1)
+    retry_delay: float | None = Field(
+        5.0, ge=0, le=3600, description="seconds before the first retry, doubled for each further one"
+    )
+
+    def settings(self, index: int) -> dict[str, Any]:
+        """Model ``index``'s effective settings: its own, else this section's (OpenEvolve's rule)."""
+        model = self.models[index]
+        keys = ("api_key", "temperature", "top_p", "max_tokens", "timeout", "retries", "retry_delay")
+        out = {k: getattr(model, k) if getattr(model, k) is not None else getattr(self, k) for k in keys}
+        out["reasoning_effort"] = model.reasoning_effort or self.reasoning_effort
+        return out
 
 
 class PromptConfig(_Section):
@@ -228,7 +174,9 @@ class PromptConfig(_Section):
     num_top_programs: int = Field(3, ge=0)
     num_diverse_programs: int = Field(2, ge=0)
     include_artifacts: bool = True
-    max_artifact_chars: int = Field(2000, ge=0)
+    max_artifact_chars: int = Field(
+        2000, ge=0, description="each artifact in a prompt is cut to its last this many characters"
+    )
 
 
 class DatabaseConfig(_Section):
@@ -237,13 +185,18 @@ class DatabaseConfig(_Section):
     population_size: int = Field(1000, ge=1, description="programs kept over all islands")
     archive_size: int = Field(100, ge=1, description="size of the elite archive (best programs overall)")
     num_islands: int = Field(4, ge=1)
-    feature_dimensions: list[str] = Field(default_factory=lambda: ["complexity", "diversity"], min_length=1)
+    feature_dimensions: list[str] = Field(
+        default_factory=lambda: ["complexity", "diversity"],
+        min_length=1,
+        description="built in: complexity (code length), diversity (line difference to the island's best), "
+        "score (the fitness); any other name is a metric the evaluator returns (its raw value)",
+    )
     feature_bins: int | dict[str, int] = 10
     feature_ranges: dict[str, tuple[float, float]] = Field(
         default_factory=dict,
         description=(
             "[low, high] per feature; defaults: complexity [L/2, 3L/2] (L = seed length), "
-            "diversity [0, 0.25], metrics [0, 1]"
+            "diversity [0, 0.25], score the span of the fitness values placed so far, metrics [0, 1]"
         ),
     )
     migration_interval: int = Field(50, ge=1, description="iterations between ring migrations")
@@ -316,6 +269,14 @@ class EvaluatorConfig(_Section):
         "start once per sandbox, each candidate still runs in a process of its own (1: a sandbox each). "
         "With the local executor the sandboxes stay up between batches (a warm pool, each replaced after "
         "this many candidates); with Ray a batch is cut into groups of at most this many",
+    )
+    enable_artifacts: bool = Field(
+        True,
+        description="keep what the evaluator reports besides metrics (artifacts, stderr); false keeps only "
+        "the failure reason",
+    )
+    max_artifact_storage: int = Field(
+        1_000_000, ge=0, description="characters of artifacts kept per program (the longest are cut first)"
     )
     sandbox: SandboxBackend = Field(
         "auto",
@@ -432,6 +393,59 @@ class HeldOutConfig(_Section):
     )
 
 
+class NoveltyConfig(_Section):
+    """Novelty rejection: a child that duplicates a program already in the database is not evaluated.
+
+    Exact duplicates (the same code once comments, docstrings and formatting
+    are normalised away) are always rejected while ``enabled``; near
+    duplicates are those whose token-set similarity to a program already
+    made reaches ``similarity_threshold``. Children of the ``exact_only``
+    operators are checked for exact duplicates only: changing one number is
+    what they are for.
+    """
+
+    enabled: bool = True
+    similarity_threshold: float = Field(
+        0.99, gt=0, le=1, description="token-shingle Jaccard similarity at which a child is a near duplicate"
+    )
+    exact_only: list[str] = Field(
+        default_factory=lambda: ["constant", "cmaes"],
+        description="mutation kinds checked for exact duplicates only",
+    )
+
+    @field_validator("exact_only")
+    @classmethod
+    def _kinds(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(MUTATION_KINDS))
+        if unknown:
+            raise ValueError(f"unknown mutation kind(s) {unknown}; known: {list(MUTATION_KINDS)}")
+        return value
+
+
+class AdaptiveConfig(_Section):
+    """Adaptive choice of operator and model: UCB1 over the LLM-free operators and each LLM.
+
+    The configured weights (``mutation.weights``, split over the models by
+    their ``weight``) are the prior; each arm's reward is whether its child
+    beat its parent. See :mod:`societas.evolve.bandit`.
+    """
+
+    enabled: bool = True
+    exploration: float = Field(
+        0.5,
+        ge=0,
+        description="UCB1's exploration constant c (sqrt(2) in Auer et al.; smaller suits the rare successes "
+        "of code mutation)",
+    )
+    temperature: float = Field(
+        0.05, gt=0, description="softmax temperature turning UCB indices into a batch's sampling weights"
+    )
+    window: int | None = Field(None, ge=1, description="only the last this many rewards count")
+    min_weight: float = Field(
+        0.02, ge=0, lt=1, description="the least share of the draws any arm keeps (at most 1 / arms)"
+    )
+
+
 class EvolveConfig(_Section):
     max_iterations: int = Field(100, ge=0, le=MAX_ITERATIONS)
     time_budget_minutes: float | None = Field(
@@ -461,53 +475,89 @@ class EvolveConfig(_Section):
     mutation: MutationConfig = Field(default_factory=MutationConfig)
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     held_out: HeldOutConfig = Field(default_factory=HeldOutConfig)
+    novelty: NoveltyConfig = Field(default_factory=NoveltyConfig)
+    adaptive: AdaptiveConfig = Field(default_factory=AdaptiveConfig)
 
     @property
     def effective_batch_size(self) -> int:
         return self.batch_size or self.evaluator.parallel_evaluations
 
 
-def _drop_ignored(data: Any, section: str, dropped: list[str]) -> Any:
-    if not isinstance(data, dict):
-        return data
-    ignored = IGNORED_OPENEVOLVE_KEYS.get(section, frozenset())
-    out = {}
-    for key, value in data.items():
-        path = f"{section}.{key}" if section else str(key)
-        if key in ignored:
-            dropped.append(path)
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys a mapping at ``loc`` (a pydantic error location, ending in the unknown key) may hold."""
+    model: type[BaseModel] = EvolveConfig
+    path: list[str] = []
+    for part in loc[:-1]:
+        if isinstance(part, int):
             continue
-        if section == "" and key in ("llm", "prompt", "database", "evaluator"):
-            value = _drop_ignored(value, key, dropped)
-            if key == "llm" and isinstance(value, dict) and isinstance(value.get("models"), list):
-                value["models"] = [_drop_ignored(m, "llm.models", dropped) for m in value["models"]]
-        out[key] = value
-    return out
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        path.append(str(part))
+        annotation = field.annotation
+        inner = getattr(annotation, "__args__", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        elif inner and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+            model = inner[0]  # list[LLMModelConfig]
+        else:
+            return []
+    prefix = ".".join(path)
+    ours = list(model.model_fields)
+    theirs = [
+        k[len(prefix) + 1 :] if prefix else k
+        for k in OPENEVOLVE_KEYS
+        if (k.startswith(prefix + ".") if prefix else True)
+    ]
+    return [k for k in ours + theirs if "." not in k]
 
 
-def parse_config(data: dict[str, Any] | None, *, source: str = "config") -> EvolveConfig:
-    """Validate a config mapping (OpenEvolve layout accepted); raises :class:`ConfigError` naming the field."""
+def parse_config(data: dict[str, Any] | None, *, source: str = "config", warn: bool = True) -> EvolveConfig:
+    """Validate a config mapping (OpenEvolve's layout accepted); raises :class:`ConfigError` naming the field.
+
+    OpenEvolve's keys are translated by :func:`societas.evolve.compat.translate`;
+    each key without effect here is logged once as a warning naming it
+    (``warn=False``: not logged, for a run's own stored config). An unknown key is
+    an error that names the closest known key.
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    dropped: list[str] = []
-    cleaned = _drop_ignored(data, "", dropped)
-    if dropped:
-        logger.info("%s: ignoring OpenEvolve keys without a counterpart here: %s", source, ", ".join(dropped))
+    cleaned, warnings, errors = translate(data, source)
+    if errors:
+        raise ConfigError(f"{source}: invalid configuration: " + "; ".join(errors))
+    if warn:
+        for line in warnings:
+            logger.warning("%s", line)
     try:
-        return EvolveConfig.model_validate(cleaned)
+        config = EvolveConfig.model_validate(cleaned)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            path = (
-                ".".join(repr(p) if not str(p).isprintable() else str(p) for p in error["loc"])
-                or "(top level)"
-            )
-            message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-            message = " ".join(message.removeprefix("Value error, ").split())
+            loc = tuple(error["loc"])
+            path = ".".join(repr(p) if not str(p).isprintable() else str(p) for p in loc) or "(top level)"
+            if error["type"] == "extra_forbidden":
+                near = closest(str(loc[-1]), _known_keys(loc)) if loc else None
+                message = "unknown field" + (f" (did you mean {near!r}?)" if near else "")
+            else:
+                message = " ".join(error["msg"].removeprefix("Value error, ").split())
             problems.append(f"{path}: {message}")
         raise ConfigError(f"{source}: invalid configuration: " + "; ".join(problems)) from None
+    return config
+
+
+def dump_config(config: EvolveConfig) -> str:
+    """``config`` as the YAML a run directory keeps: an API key written out in the config is left out
+    (a ``${VAR}`` reference stays), so a run directory never holds a secret; a resumed run then takes
+    the key from ``OPENAI_API_KEY``."""
+    data = config.model_dump(mode="json")
+    llm = data.get("llm", {})
+    for block in [llm, *llm.get("models", [])]:
+        key = block.get("api_key")
+        if isinstance(key, str) and not (key.startswith("${") and key.endswith("}")):
+            block["api_key"] = None
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def load_config(path: str | Path) -> EvolveConfig:

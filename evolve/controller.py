@@ -65,17 +65,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from societas.agents.documents import DocumentError, load_json_file
 from societas.marl.board import Board, open_board
 
+from .bandit import OperatorBandit, improvement
 from .blocks import BlockLibrary
-from .config import EvolveConfig, SandboxBackend, load_config
+from .config import EvolveConfig, SandboxBackend, dump_config, load_config
 from .database import Population, ProgramStore, derive_rng
-from .evaluator import EvalJob, EvalOutcome, TaskEvaluator, WarmPool, map_grouped, run_evaluation
+from .evaluator import (
+    EvalJob,
+    EvalOutcome,
+    TaskEvaluator,
+    WarmPool,
+    evaluation_seed,
+    map_grouped,
+    run_evaluation,
+)
 from .executors import Executor, ProcessExecutor
 from .mutation import LLM_KINDS, LLMEnsemble, LLMUnavailable, MutationRequest, MutationResult, Mutator
+from .novelty import NoveltyFilter
 from .program import Program, fitness_of, program_id
 from .selection import Validator
 from .task import Task, load_seed_programs, load_task
@@ -94,6 +102,7 @@ __all__ = [
 ]
 
 LOCK_FILE = "run.lock"
+ADAPTIVE_META = "adaptive_weights"  # the store's record of the bandit's weights over time
 
 
 # LLM-made children failing in a row on a backend error (connection, server error) before the run
@@ -294,6 +303,22 @@ class Controller:
         self._rung_stage = stages[-2] if len(stages) >= 2 else None
         self._rung_scores: list[float] = []
         self._cmaes_children: dict[str, list[Program]] = {}
+        # Novelty rejection: the programs made so far (applied in iteration order, so a resume rebuilds it).
+        nc = config.novelty
+        self.novelty = NoveltyFilter(threshold=nc.similarity_threshold) if nc.enabled else None
+        # Adaptive choice of operator and model: UCB1 over the arms, updated in iteration order.
+        self.bandit: OperatorBandit | None = None
+        if config.adaptive.enabled:
+            ac, arms = config.adaptive, self.mutator.arms()
+            self.bandit = OperatorBandit(
+                list(arms),
+                arms,
+                exploration=ac.exploration,
+                window=ac.window,
+                min_weight=min(ac.min_weight, 1.0 / len(arms)),
+                temperature=ac.temperature,
+            )
+        self._arm_weights: dict[str, float] | None = None  # the weights this batch is planned from
         self.tensorboard = tensorboard
         self.board = Board()  # open while run() works
         # Per mutation kind: children, valid (a program came out), evaluated (ok), improved on the parent.
@@ -307,9 +332,7 @@ class Controller:
             self.store.set_meta("seed", self.seed)
             self.store.set_meta("initial_program", self.task.initial_program)
             self.store.set_meta("batch_size", self.config.effective_batch_size)
-            (self.run_dir / "config.yaml").write_text(
-                yaml.safe_dump(self.config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-            )
+            (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
             (self.run_dir / "run.json").write_text(
                 json.dumps(
                     {"task": str(self.task.directory), "seed": self.seed, "created": time.time()}, indent=2
@@ -359,9 +382,7 @@ class Controller:
             if sandbox is not None and sandbox != config.evaluator.sandbox:
                 config.evaluator.sandbox, changed = sandbox, True
             if changed:
-                (run_dir / "config.yaml").write_text(
-                    yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-                )
+                (run_dir / "config.yaml").write_text(dump_config(config), encoding="utf-8")
             return cls(load_task(info["task"]), config, run_dir, lock=lock, **kwargs)
         except BaseException:
             lock.release()
@@ -424,6 +445,12 @@ class Controller:
         # The seed first (it sets the feature ranges), then the extra seeds, then the search's programs.
         order = sorted((i for i in stored if i < start), key=lambda i: (i != 0, i > 0, abs(i)))
         self._apply([stored[i] for i in order], to_board=replay_to_board)
+        if self.bandit is not None:
+            # The weights over time: those recorded before this session, then the replayed state.
+            saved = self.store.get_meta(ADAPTIVE_META, None) or []
+            self.bandit.history = [(int(i), dict(w)) for i, w in saved if int(i) < start - 1]
+            self.bandit.snapshot(start - 1)
+            self.store.set_meta(ADAPTIVE_META, self.bandit.history)
         if replay_to_board:
             self._board_batch(start - 1)
         due = self.validator.due(self.population)
@@ -453,8 +480,13 @@ class Controller:
             began_batch = time.monotonic()
             # Programs due for validation are scored alongside this batch's children (validation never
             # feeds the search, so this changes no program, only when the records arrive).
+            # The batch is planned from one snapshot of the adaptive weights (None: the configured ones).
+            self._arm_weights = self.bandit.weights() if self.bandit is not None else None
             new = self._run_batch([i for i in iterations if i not in done], due, iterations[0] - 1)
             self._apply(sorted([*done.values(), *new], key=lambda p: p.iteration))
+            if self.bandit is not None:
+                self.bandit.snapshot(iterations[-1])
+                self.store.set_meta(ADAPTIVE_META, self.bandit.history)
             evaluations = sum(p.status != "mutation_failed" for p in new)
             self._board_batch(iterations[-1], evaluations, time.monotonic() - began_batch)
             due = self.validator.due(self.population)
@@ -502,7 +534,8 @@ class Controller:
     def _evaluate_seed(self, code: str | None = None, iteration: int = 0, name: str | None = None) -> Program:
         """Evaluate the task's seed (iteration 0) or extra seed ``name`` (iteration -1, -2, ...)."""
         code = self.task.initial_program if code is None else code
-        outcome = self._safe_evaluate(code)
+        # Every stage of the cascade: the seeds are what the search's programs are compared with.
+        outcome = self._safe_evaluate(code, iteration, thresholds=())
         self.note_sandbox(outcome.sandbox)
         island = (-iteration - 1) % self.config.database.num_islands if iteration < 0 else 0
         mutation: dict[str, Any] = (
@@ -519,7 +552,7 @@ class Controller:
         island = (iteration - 1) % self.config.database.num_islands
         pc = self.config.prompt
         selection = self.population.sample(island, rng, pc.num_top_programs, pc.num_diverse_programs)
-        kind, model = self.mutator.plan(rng)
+        kind, model = self.mutator.plan(rng, self._arm_weights)
         donor = rng.choice(selection.inspirations) if kind == "crossover" and selection.inspirations else None
         parent, history = selection.parent, []
         if kind == "cmaes":
@@ -628,28 +661,46 @@ class Controller:
         """The children whose mutation failed (committed here), and a job for each of the others."""
         failed: list[Program] = []
         jobs = []
+
+        def unevaluated(request, result, info, code, salt, artifacts) -> None:
+            # A child that is not evaluated: a failed mutation, or one the novelty filter rejected.
+            program = Program(
+                id=program_id(self.seed, request.iteration, code + salt),
+                code=code,
+                iteration=request.iteration,
+                parent_id=request.parent.id,
+                generation=request.parent.generation + 1,
+                island=request.island,
+                mutation=info,
+                status="mutation_failed",
+                artifacts={
+                    **artifacts,
+                    **({"llm_response": result.llm_response} if result.llm_response else {}),
+                },
+            )
+            self.store.add(program)
+            self._count(program)
+            failed.append(program)
+
         for request, result in zip(requests, results):
             info = {**result.info, "selection": request.strategy}
             if result.code is None:
-                program = Program(
-                    id=program_id(self.seed, request.iteration, request.parent.code + "\0failed"),
-                    code=request.parent.code,
-                    iteration=request.iteration,
-                    parent_id=request.parent.id,
-                    generation=request.parent.generation + 1,
-                    island=request.island,
-                    mutation=info,
-                    status="mutation_failed",
-                    artifacts={
-                        "failure": result.failure or "mutation failed",
-                        **({"llm_response": result.llm_response} if result.llm_response else {}),
-                    },
-                )
-                self.store.add(program)
-                self._count(program)
-                failed.append(program)
+                failure = {"failure": result.failure or "mutation failed"}
+                unevaluated(request, result, info, request.parent.code, "\0failed", failure)
                 continue
-            jobs.append((self.evaluator.job(result.code, self._thresholds()), (request, result, info)))
+            if self.novelty is not None:
+                exact_only = request.kind in self.config.novelty.exact_only
+                verdict = self.novelty.check(result.code, exact_only=exact_only)
+                if not verdict.novel:
+                    # Not evaluated: the database already holds this program (or one nearly the same).
+                    info["novelty"] = {
+                        "nearest": verdict.nearest_id,
+                        "similarity": round(verdict.similarity, 6),
+                    }
+                    reason = {"failure": f"novelty: {verdict.reason}", "novelty": verdict.reason}
+                    unevaluated(request, result, info, result.code, "\0rejected", reason)
+                    continue
+            jobs.append((self._job(result.code, request.iteration), (request, result, info)))
         return failed, jobs
 
     def _commit_child(
@@ -699,9 +750,11 @@ class Controller:
             programs.append(self._commit_child(pending[index][1], outcome))
         return programs
 
-    def _safe_evaluate(self, code: str) -> EvalOutcome:
+    def _safe_evaluate(
+        self, code: str, iteration: int, thresholds: tuple[float, ...] | None = None
+    ) -> EvalOutcome:
         try:
-            return run_evaluation(self.evaluator.job(code, self._thresholds()))
+            return run_evaluation(self._job(code, iteration, thresholds))
         except Exception as exc:
             return EvalOutcome(
                 "failed", artifacts={"failure": f"evaluation error: {type(exc).__name__}: {exc}"}
@@ -729,6 +782,30 @@ class Controller:
             thresholds[-1] = max(thresholds[-1], cut)
         return tuple(thresholds)
 
+    def _kept_artifacts(self, artifacts: dict[str, str]) -> dict[str, str]:
+        """What ``evaluator.enable_artifacts`` and ``max_artifact_storage`` let a program keep."""
+        ev = self.config.evaluator
+        if not ev.enable_artifacts:
+            return {k: v for k, v in artifacts.items() if k in ("failure", "cascade")}
+        budget = ev.max_artifact_storage
+        if sum(len(v) for v in artifacts.values()) <= budget:
+            return dict(artifacts)
+        # Over the budget: the reasons first, then the others shortest first; what does not fit is cut.
+        kept: dict[str, str] = {}
+        order = sorted(artifacts, key=lambda k: (k not in ("failure", "cascade"), len(artifacts[k]), k))
+        for key in order:
+            room = budget - sum(len(v) for v in kept.values())
+            value = artifacts[key]
+            kept[key] = (
+                value if len(value) <= room else ("..." + value[-max(room - 3, 0) :] if room > 3 else "")
+            )
+        return {k: kept[k] for k in artifacts}
+
+    def _job(self, code: str, iteration: int, thresholds: tuple[float, ...] | None = None) -> EvalJob:
+        """The evaluation of the program ``code`` made at ``iteration``, seeded from the run's seed and its id."""
+        seed = evaluation_seed(self.seed, program_id(self.seed, iteration, code))
+        return self.evaluator.job(code, self._thresholds() if thresholds is None else thresholds, seed=seed)
+
     def _program_from(
         self, code, iteration, parent, island, generation, mutation, outcome: EvalOutcome
     ) -> Program:
@@ -744,10 +821,11 @@ class Controller:
             metrics=outcome.metrics,
             fitness=fitness_of(outcome.metrics) if ok else None,
             status="ok" if ok else "failed",
-            artifacts=outcome.artifacts,
+            artifacts=self._kept_artifacts(outcome.artifacts),
             evaluated_at=time.time(),
             eval_seconds=outcome.seconds,
             stage_scores=dict(outcome.stage_scores),
+            stopped_at=outcome.stopped_at if ok else None,
         )
 
     def _count(self, program: Program) -> None:
@@ -782,6 +860,7 @@ class Controller:
         with (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8") as log:
             for program in programs:
                 self._count_operator(program)
+                self._learn(program)
                 self.population.add(program)
                 rung = program.stage_scores.get(self._rung_stage) if self._rung_stage else None
                 if program.status == "ok" and rung is not None:
@@ -819,6 +898,22 @@ class Controller:
                     )
                     + "\n"
                 )
+
+    def _learn(self, program: Program) -> None:
+        """What the novelty filter and the bandit learn from a program (before it enters the islands)."""
+        if self.novelty is not None and program.status != "mutation_failed":
+            self.novelty.add(program.id, program.code)
+        if self.bandit is None or program.iteration <= 0:
+            return
+        arm = self.mutator.arm_of(program.mutation)
+        if arm is None or arm not in self.bandit.arms:
+            return
+        parent = self.population.programs.get(program.parent_id or "")
+        child = program.fitness if program.ok else None
+        parent_fitness = parent.fitness if parent is not None else None
+        # A child the cascade stopped early is scored on fewer stages than its parent: not an improvement.
+        comparable = program.complete or (parent is not None and not parent.complete)
+        self.bandit.update(arm, improvement(child if comparable else None, parent_fitness))
 
     def _count_operator(self, program: Program) -> None:
         """Count a child (iteration > 0) for its mutation kind (before it enters the islands)."""
@@ -860,6 +955,9 @@ class Controller:
         values["search/failed"] = failed
         values["search/mutation_failed"] = bad
         values["search/failure_rate"] = (failed + bad) / (ok + failed + bad) if ok + failed + bad else None
+        if self.bandit is not None:
+            for arm, weight in self.bandit.weights().items():
+                values[f"adaptive/{arm}/weight"] = weight
         for kind, row in self._operators.items():
             values[f"operators/{kind}/children"] = row["children"]
             values[f"operators/{kind}/valid_rate"] = row["valid"] / row["children"]

@@ -187,6 +187,7 @@ class Population:
         self.archive: list[str] = []
         self.migrations = 0
         self._ranges: dict[str, tuple[float, float]] = dict(config.feature_ranges)
+        self._score_span = [math.inf, -math.inf]  # the lowest and highest fitness placed so far
         self._warned: set[str] = set()
 
     # ----------------------------------------------------------------- adding
@@ -265,6 +266,9 @@ class Population:
                 values[dim] = (
                     sum(code_difference(program.code, r.code) for r in refs) / len(refs) if refs else 0.0
                 )
+            elif dim == "score":
+                # OpenEvolve's built-in "score" dimension: the program's fitness.
+                values[dim] = float(program.fitness) if program.fitness is not None else -math.inf
             elif dim in program.metrics:
                 values[dim] = float(program.metrics[dim])
             else:
@@ -277,9 +281,18 @@ class Population:
     def features_to_cell(self, values: dict[str, float]) -> tuple[int, ...]:
         cell = []
         for dim in self.config.feature_dimensions:
-            low, high = self._ranges.get(dim, _DEFAULT_RANGES.get(dim, (0.0, 1.0)))
             bins = self.config.bins(dim)
             value = values[dim]
+            if dim == "score" and dim not in self._ranges:
+                # Fitness has no natural range (exploitability is negative, a speed-up unbounded): the
+                # range is the span of the scores seen so far, this one included (OpenEvolve's min-max
+                # scaling), so the cells follow the search's progress.
+                seen = self._score_span
+                if math.isfinite(value):
+                    seen[0], seen[1] = min(seen[0], value), max(seen[1], value)
+                low, high = seen if seen[1] > seen[0] else (seen[0], seen[0] + 1.0)
+            else:
+                low, high = self._ranges.get(dim, _DEFAULT_RANGES.get(dim, (0.0, 1.0)))
             position = 0 if not math.isfinite(value) else int((value - low) / (high - low) * bins)
             cell.append(min(max(position, 0), bins - 1))
         return tuple(cell)
@@ -287,9 +300,18 @@ class Population:
     # -------------------------------------------------------------- selection
 
     @staticmethod
-    def _key(program: Program) -> tuple[float, int]:
-        # Higher fitness first; on ties the older program wins (deterministic).
-        return (program.fitness if program.fitness is not None else -math.inf, -program.iteration)
+    def _key(program: Program) -> tuple[bool, float, int]:
+        # Fully evaluated programs before those the cascade stopped early (a score from the first stages
+        # only is not comparable with a full one), then higher fitness; on ties the older program wins.
+        return (
+            program.complete,
+            program.fitness if program.fitness is not None else -math.inf,
+            -program.iteration,
+        )
+
+    def rank_key(self, program: Program) -> tuple[bool, float, int]:
+        """The order of programs: complete ones first, then by fitness, then the older first."""
+        return self._key(program)
 
     def ranked(self, island: Island) -> list[Program]:
         return sorted((self.programs[pid] for pid in island.members), key=self._key, reverse=True)

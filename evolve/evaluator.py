@@ -41,6 +41,7 @@ given on stdin, so ordinary program output cannot be mistaken for it.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import json
 import logging
@@ -77,6 +78,8 @@ __all__ = [
     "plan_groups",
     "run_evaluation",
     "run_group",
+    "evaluation_seed",
+    "split_metrics",
     "validate_metrics",
 ]
 
@@ -106,6 +109,29 @@ TASK_SETTINGS_FILE = "task_settings.json"
 # The stage loop, shared by both harnesses: each stage under its own interval timer,
 # its result emitted as one JSON object, the cascade thresholds applied in between.
 _STAGE_LOOP = r"""
+_eval_seed = [0]
+def _seed_generators():
+    # The run's seed and the program's id reach every evaluation: random, numpy and torch (when the
+    # evaluator has loaded them) start from it, so a deterministic evaluator gives the same metrics.
+    seed = _eval_seed[0]
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is None and importlib.util.find_spec("numpy") is not None:
+        try:
+            import numpy
+        except Exception:
+            numpy = None
+    if numpy is not None:
+        try:
+            numpy.random.seed(seed % 2**32)
+        except Exception:
+            pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            torch.manual_seed(seed)
+        except Exception:
+            pass
 def _fitness(metrics):
     # societas.evolve.program.fitness_of: combined_score, else the mean of the finite numbers
     def number(v):
@@ -126,7 +152,9 @@ def _run_stages(load, stages, thresholds, stage_timeout, emit, marker):
         sys.stderr.flush()
         signal.setitimer(signal.ITIMER_REAL, stage_timeout)
         try:
-            result = getattr(load(), stage)(os.path.abspath("program.py"))
+            function = getattr(load(), stage)
+            _seed_generators()  # before every stage, as if each ran in a fresh process
+            result = function(os.path.abspath("program.py"))
             signal.setitimer(signal.ITIMER_REAL, 0)
         except BaseException as exc:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -137,7 +165,11 @@ def _run_stages(load, stages, thresholds, stage_timeout, emit, marker):
                 emit({"stage": stage, "error": stage + " raised " + type(exc).__name__ + ": " + str(exc)[:500]})
             sys.stderr.flush()
             os._exit(1)
-        if hasattr(result, "metrics"):
+        # OpenEvolve's result shapes: a dict of metrics, {"metrics": ..., "artifacts": ...}, or an
+        # object with .metrics and .artifacts (its EvaluationResult).
+        if isinstance(result, dict) and isinstance(result.get("metrics"), dict) and set(result) <= {"metrics", "artifacts"}:
+            payload = {"metrics": result["metrics"], "artifacts": result.get("artifacts") or {}}
+        elif not isinstance(result, dict) and hasattr(result, "metrics"):
             payload = {"metrics": getattr(result, "metrics"), "artifacts": getattr(result, "artifacts", None) or {}}
         else:
             payload = {"metrics": result, "artifacts": {}}
@@ -145,7 +177,14 @@ def _run_stages(load, stages, thresholds, stage_timeout, emit, marker):
             kind = type(payload["metrics"]).__name__
             emit({"stage": stage, "error": stage + " returned " + kind + ", expected a dict of metrics"})
             os._exit(1)
-        payload["artifacts"] = {str(k): str(v) for k, v in dict(payload["artifacts"]).items()}
+        raw = payload["artifacts"]
+        if not isinstance(raw, dict):
+            raw = {"artifacts": raw}
+        payload["artifacts"] = {
+            str(k): v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+            for k, v in raw.items()
+        }
+        payload["metrics"] = {str(k): v for k, v in payload["metrics"].items()}
         payload["stage"] = stage
         emit(payload)
         merged.update(payload["metrics"])
@@ -162,7 +201,7 @@ def _json_default(value):
 
 _HARNESS = (
     r"""
-import importlib.util, json, math, os, signal, sys, traceback
+import importlib.util, json, math, os, random, signal, sys, traceback
 _nonce = sys.stdin.readline().strip()
 """
     + _STAGE_LOOP
@@ -173,6 +212,7 @@ def _emit(payload, _nonce=_nonce):
     os.write(1, ("\n__EVOLVE_RESULT__" + _nonce + " " + text + "\n").encode())
 stages, evaluator_path = json.loads(sys.argv[1]), sys.argv[2]
 thresholds, stage_timeout = json.loads(sys.argv[3]), float(sys.argv[4])
+_eval_seed[0] = int(sys.argv[5])
 sys.path.insert(0, os.path.dirname(evaluator_path))
 _module = []
 def _load():
@@ -210,7 +250,7 @@ _GROUP_RESULT_BYTES = 256_000  # what one candidate of a group may report (its m
 # :func:`run_group`) and a long-lived warm sandbox (:class:`WarmPool`).
 _STREAM_HARNESS = (
     r"""
-import importlib.util, json, math, os, selectors, shutil, signal, sys, tempfile, time, traceback
+import importlib.util, json, math, os, random, selectors, shutil, signal, sys, tempfile, time, traceback
 def _read_exact(n):
     data = b""
     while len(data) < n:
@@ -269,7 +309,8 @@ _warmed = set()
 """
     + _STAGE_LOOP
     + r"""
-def _child(result_fd, stages, thresholds):
+def _child(result_fd, stages, thresholds, seed):
+    _eval_seed[0] = seed
     def emit(payload):
         _write_all(result_fd, (json.dumps(payload, default=_json_default) + "\n").encode())
     _run_stages(lambda: module, stages, thresholds, stage_timeout, emit, _nonce)
@@ -354,7 +395,7 @@ def _run(request):
             os.dup2(pipes[1][1], 1)
             os.dup2(pipes[2][1], 2)
             os.chdir(directory)
-            _child(pipes[0][1], stages, thresholds)
+            _child(pipes[0][1], stages, thresholds, int(request.get("seed", 0)))
         finally:
             os._exit(70)
     for _, w in pipes:
@@ -457,8 +498,58 @@ class TaskError(ValueError):
     """A task directory or evaluator that cannot be used; the message says what is wrong."""
 
 
+# Artifact names the evaluation itself writes; an evaluator's artifact of the same name is renamed.
+_RESERVED_ARTIFACTS = ("failure", "cascade", "llm_response", "novelty")
+
+
+def _is_metric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def split_metrics(result: Any) -> tuple[dict[str, float], dict[str, str]]:
+    """``(metrics, artifacts)`` from what an evaluator stage reported, the way OpenEvolve reads it.
+
+    Finite numbers are metrics; every other value (a string such as
+    ``"error": "timeout after 30 s"``, a list, a boolean, NaN) becomes an
+    artifact under its own name, and a value under ``"artifacts"`` that is a
+    mapping adds its entries as artifacts. Raises :class:`ValueError` naming
+    what was reported when it is not a mapping, holds no finite number, or
+    declares a ``combined_score`` (the fitness) that is not a finite number.
+    """
+    if not isinstance(result, dict):
+        raise ValueError(f"metrics must be a dict, got {type(result).__name__}")
+    if "combined_score" in result and not _is_metric(result["combined_score"]):
+        # The fitness the evaluator declares cannot be used: ranking by the other metrics would hide that.
+        raise ValueError(
+            f"combined_score is not a finite number: {_tail(_as_text(result['combined_score']), 60)}"
+        )
+    metrics: dict[str, float] = {}
+    artifacts: dict[str, str] = {}
+    for key, value in result.items():
+        name = str(key)
+        if _is_metric(value):
+            metrics[name] = float(value)
+        elif name == "artifacts" and isinstance(value, dict):
+            artifacts.update({str(k): _as_text(v) for k, v in value.items()})
+        else:
+            artifacts[name] = _as_text(value)
+    if not metrics:
+        shown = ", ".join(f"{k}={_tail(_as_text(v), 60)}" for k, v in list(result.items())[:5])
+        raise ValueError(f"no finite number among the metrics ({shown or 'an empty dict'})")
+    return metrics, artifacts
+
+
 def validate_metrics(metrics: Any) -> dict[str, float]:
-    """A flat dict of finite numbers, or :class:`ValueError` naming the offending entry."""
+    """A flat dict of finite numbers, or :class:`ValueError` naming the offending entry (the strict reading)."""
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics must be a dict, got {type(metrics).__name__}")
     if not metrics:
@@ -475,6 +566,12 @@ def validate_metrics(metrics: Any) -> dict[str, float]:
     return clean
 
 
+def evaluation_seed(run_seed: int, program: str) -> int:
+    """The seed of ``random``/``numpy``/``torch`` in an evaluation: from the run's seed and the program's id."""
+    digest = hashlib.sha256(f"{run_seed}:{program}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**63
+
+
 @dataclass(frozen=True)
 class EvalJob:
     """Everything one evaluation needs; picklable, with no reference to live objects."""
@@ -489,6 +586,7 @@ class EvalJob:
     pythonpath: tuple[str, ...]
     task_settings: str = ""  # JSON text, written as task_settings.json beside program.py when set
     sandbox: SandboxBackend = "auto"  # the Sandbox backend: auto, bwrap or rlimit (named: unconfined)
+    seed: int = 0  # random, numpy and torch start from it in every stage (see evaluation_seed)
 
 
 @dataclass
@@ -500,6 +598,7 @@ class EvalOutcome:
     seconds: float = 0.0
     sandbox: str | None = None  # the backend that ran the last stage (SandboxResult.backend)
     stage_scores: dict[str, float] = field(default_factory=dict)  # fitness after each stage that reported
+    stopped_at: str | None = None  # the stage after which the cascade stopped it (None: every stage ran)
 
     @property
     def failure(self) -> str | None:
@@ -596,6 +695,7 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
         job.evaluator_path,
         json.dumps(list(job.thresholds)),
         str(job.timeout_s),
+        str(job.seed),
     ]
     try:
         result = sandbox.run(_HARNESS, files=files, args=args, stdin=nonce + "\n")
@@ -666,7 +766,13 @@ def _frame(text: str) -> bytes:
 
 
 def _request(job: EvalJob, ident: int) -> bytes:
-    body = {"id": ident, "code": job.code, "stages": list(job.stages), "thresholds": list(job.thresholds)}
+    body = {
+        "id": ident,
+        "code": job.code,
+        "stages": list(job.stages),
+        "thresholds": list(job.thresholds),
+        "seed": job.seed,
+    }
     return _frame(json.dumps(body))
 
 
@@ -1133,7 +1239,7 @@ def _outcome(
             artifacts["failure"] = f"{stage}: {reason}"
             return EvalOutcome("failed", metrics, artifacts, index + 1, seconds, backend, scores)
         try:
-            stage_metrics = validate_metrics(payload.get("metrics"))
+            stage_metrics, extra = split_metrics(payload.get("metrics"))
         except ValueError as exc:
             artifacts["failure"] = f"{stage}: invalid metrics: {exc}"
             return EvalOutcome("failed", metrics, artifacts, index + 1, seconds, backend, scores)
@@ -1141,15 +1247,16 @@ def _outcome(
         fitness = fitness_of(metrics)
         if fitness is not None:
             scores[stage] = fitness
-        for key, value in (payload.get("artifacts") or {}).items():
-            artifacts[key] = _tail(str(value))
+        for key, value in {**extra, **(payload.get("artifacts") or {})}.items():
+            name = f"evaluator_{key}" if key in _RESERVED_ARTIFACTS else key
+            artifacts[name] = _tail(str(value))
         if index < len(job.stages) - 1 and index < len(job.thresholds):
             score = fitness_of(metrics)
             if score is None or score < job.thresholds[index]:
                 artifacts["cascade"] = (
                     f"stopped after {stage}: fitness {score} below threshold {job.thresholds[index]}"
                 )
-                return EvalOutcome("ok", metrics, artifacts, index + 1, seconds, backend, scores)
+                return EvalOutcome("ok", metrics, artifacts, index + 1, seconds, backend, scores, stage)
     seconds = time.monotonic() - started
     if not end.ok:
         # Every stage reported, yet the process did not end cleanly (killed while exiting, ...).
@@ -1195,8 +1302,14 @@ class TaskEvaluator:
         self.stages = tuple(stages)
         self.pythonpath = tuple(dict.fromkeys([str(path.parent), *extra_pythonpath]))
 
-    def job(self, code: str, thresholds: tuple[float, ...] | None = None) -> EvalJob:
-        """The job evaluating ``code``; ``thresholds`` replaces the configured cascade thresholds."""
+    def job(self, code: str, thresholds: tuple[float, ...] | None = None, seed: int | None = None) -> EvalJob:
+        """The job evaluating ``code``; ``thresholds`` replaces the configured cascade thresholds.
+
+        ``seed`` starts ``random``, ``numpy`` and ``torch`` in every stage (a run
+        gives :func:`evaluation_seed` of its seed and the program's id); by
+        default it is derived from the code, so the same program always meets
+        the same random numbers.
+        """
         return EvalJob(
             code=code,
             evaluator_path=str(self.path),
@@ -1210,6 +1323,7 @@ class TaskEvaluator:
             if self.config.task_settings
             else "",
             sandbox=self.config.sandbox,
+            seed=evaluation_seed(0, code) if seed is None else seed,
         )
 
     def evaluate(self, code: str) -> EvalOutcome:

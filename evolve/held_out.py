@@ -140,8 +140,8 @@ def _candidates(
                 out.append((f"{label} ({program.id})", "history", program.code, program))
     elif selection is None:
         ranked = sorted(
-            (p for p in population.programs.values() if p.ok and p.iteration > 0),
-            key=population._key,
+            (p for p in population.programs.values() if p.ok and p.complete and p.iteration > 0),
+            key=population.rank_key,
             reverse=True,
         )
         # Successful (ok) programs always have a fitness; the checks only narrow the Optional.

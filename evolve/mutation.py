@@ -57,6 +57,7 @@ import collections
 import hashlib
 import logging
 import math
+import os
 import random
 import re
 import textwrap
@@ -70,7 +71,7 @@ from cmaes import CMA
 from societas.agents.llm import LLM, SamplingParams, load_llm
 
 from .blocks import BlockError, BlockLibrary, mutate_blocks
-from .config import EvolveConfig
+from .config import EvolveConfig, LLMConfig
 from .program import (
     EvolveBlockError,
     Program,
@@ -315,10 +316,34 @@ class LLMUnavailable(RuntimeError):
     """An LLM backend of the run cannot answer (checked at the start, or failing again and again)."""
 
 
-class LLMEnsemble:
-    """Weighted backends; :meth:`choose` draws one index with a caller-supplied RNG."""
+_ENV_REFERENCE = re.compile(r"^\$\{([^}]+)\}$")
 
-    def __init__(self, members: Sequence[tuple[LLM, float]]) -> None:
+
+def resolve_api_key(value: str | None) -> str | None:
+    """An API key as configured: ``${VAR}`` reads the environment variable ``VAR`` (an error when unset)."""
+    if value is None:
+        return None
+    match = _ENV_REFERENCE.match(value)
+    if match is None:
+        return value
+    found = os.environ.get(match.group(1))
+    if found is None:
+        raise ValueError(f"the API key refers to the environment variable {match.group(1)}, which is not set")
+    return found
+
+
+class LLMEnsemble:
+    """Weighted backends; :meth:`choose` draws one index with a caller-supplied RNG.
+
+    ``sampling[i]`` holds backend ``i``'s own ``temperature``, ``top_p`` and
+    ``max_tokens`` (None: the ``llm`` section's).
+    """
+
+    def __init__(
+        self,
+        members: Sequence[tuple[LLM, float]],
+        sampling: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
         if not members:
             raise ValueError("an LLM ensemble needs at least one backend")
         for llm, weight in members:
@@ -327,20 +352,73 @@ class LLMEnsemble:
                     f"LLM {getattr(llm, 'name', llm)!r} has weight {weight}; weights must be > 0"
                 )
         self.members = list(members)
+        if sampling is not None and len(sampling) != len(self.members):
+            raise ValueError(f"got {len(sampling)} sampling settings for {len(self.members)} backends")
+        self.sampling = [dict(s) for s in sampling] if sampling is not None else [{} for _ in self.members]
 
     @classmethod
     def from_uris(
-        cls, uris: Sequence[tuple[str, float]], *, timeouts: Sequence[float | None] | None = None
+        cls,
+        uris: Sequence[tuple[str, float]],
+        *,
+        timeouts: Sequence[float | None] | None = None,
+        settings: Sequence[dict[str, Any]] | None = None,
     ) -> LLMEnsemble:
-        """The ensemble of ``(URI, weight)`` pairs; ``timeouts[i]`` bounds each request of an ``openai:`` URI."""
-        members = []
+        """The ensemble of ``(URI, weight)`` pairs.
+
+        ``timeouts[i]`` bounds each request of an ``openai:`` URI;
+        ``settings[i]`` (see :meth:`societas.evolve.config.LLMConfig.settings`)
+        gives backend ``i`` its sampling settings and, for an ``openai:`` URI,
+        its request settings: ``timeout``, ``retries``, ``retry_delay`` (the
+        first back-off, doubled per retry), ``api_key`` and ``reasoning_effort``.
+        """
+        members, sampling = [], []
         for index, (uri, weight) in enumerate(uris):
-            timeout = timeouts[index] if timeouts is not None else None
-            if timeout is not None and uri.strip().startswith("openai:"):
-                members.append((load_llm(uri, timeout_s=timeout), weight))
-            else:
-                members.append((load_llm(uri), weight))
-        return cls(members)
+            setting = dict(settings[index]) if settings is not None else {}
+            timeout = timeouts[index] if timeouts is not None else setting.get("timeout")
+            options: dict[str, Any] = {}
+            if uri.strip().startswith("openai:"):
+                if timeout is not None:
+                    options["timeout_s"] = timeout
+                if setting.get("retries") is not None:
+                    options["max_retries"] = int(setting["retries"])
+                if setting.get("retry_delay") is not None:
+                    options["backoff_s"] = float(setting["retry_delay"])
+                    options["backoff_max_s"] = max(20.0, 8.0 * float(setting["retry_delay"]))
+                key = resolve_api_key(setting.get("api_key"))
+                if key is not None:
+                    options["api_key"] = key
+                if setting.get("reasoning_effort"):
+                    options["extra_body"] = {"reasoning_effort": setting["reasoning_effort"]}
+            members.append((load_llm(uri, **options), weight))
+            sampling.append({k: setting.get(k) for k in ("temperature", "top_p", "max_tokens")})
+        return cls(members, sampling)
+
+    @classmethod
+    def from_config(cls, config: LLMConfig, uris: Sequence[str] | None = None) -> LLMEnsemble | None:
+        """The run's ensemble: ``uris`` (each weight 1, the ``llm`` section's settings), else ``llm.models``.
+
+        None when neither names a model (the run then uses the LLM-free operators only).
+        """
+        if uris:
+            shared = {
+                k: getattr(config, k)
+                for k in (
+                    "api_key",
+                    "temperature",
+                    "top_p",
+                    "max_tokens",
+                    "timeout",
+                    "retries",
+                    "retry_delay",
+                )
+            }
+            shared["reasoning_effort"] = config.reasoning_effort
+            return cls.from_uris([(u, 1.0) for u in uris], settings=[dict(shared) for _ in uris])
+        if not config.models:
+            return None
+        pairs = [(m.uri(config.api_base), m.weight) for m in config.models]
+        return cls.from_uris(pairs, settings=[config.settings(i) for i in range(len(config.models))])
 
     def choose(self, rng: random.Random) -> int:
         return rng.choices(range(len(self.members)), weights=[w for _, w in self.members])[0]
@@ -901,10 +979,63 @@ class Mutator:
             )
         self.kinds = sorted(self.weights)
 
-    def plan(self, rng: random.Random) -> tuple[str, int | None]:
+    def plan(self, rng: random.Random, arms: dict[str, float] | None = None) -> tuple[str, int | None]:
+        """The mutation kind and LLM of a child: by the configured weights, or from ``arms``
+        (``{arm: probability}`` over the names of :meth:`arms`, e.g. an adaptive bandit's weights)."""
+        if arms is not None:
+            names = sorted(arms)
+            arm = rng.choices(names, weights=[arms[a] for a in names])[0]
+            return self.arm_plan(arm)
         kind = rng.choices(self.kinds, weights=[self.weights[k] for k in self.kinds])[0]
         model = self.llms.choose(rng) if kind in ("llm", "llm_line") and self.llms is not None else None
         return kind, model
+
+    def arms(self) -> dict[str, float]:
+        """The arms an adaptive choice picks from, with their configured weights: each LLM-free kind, and
+        each LLM kind once per model (``llm:MODEL``), its weight split over the models by theirs."""
+        out: dict[str, float] = {}
+        for kind in self.kinds:
+            if kind in LLM_KINDS and self.llms is not None:
+                total = sum(w for _, w in self.llms.members)
+                for index, (_, weight) in enumerate(self.llms.members):
+                    out[self.arm_name(kind, index)] = self.weights[kind] * weight / total
+            else:
+                out[kind] = self.weights[kind]
+        return out
+
+    def arm_name(self, kind: str, model: int | None) -> str:
+        """The arm of a child made by ``kind`` (and LLM ``model``)."""
+        if kind not in LLM_KINDS or self.llms is None or model is None:
+            return kind
+        names = [self.llms.name(i) for i in range(len(self.llms.members))]
+        name = names[model]
+        return f"{kind}:{name}" if names.count(name) == 1 else f"{kind}:{name}#{model}"
+
+    def arm_of(self, mutation: dict[str, Any]) -> str | None:
+        """The arm of a stored child from its mutation record (None: no arm of this run, e.g. a seed)."""
+        kind = str(mutation.get("kind", ""))
+        if kind not in self.kinds:
+            return None
+        if kind in LLM_KINDS and self.llms is not None:
+            index = mutation.get("model_index")
+            if not isinstance(index, int) or not 0 <= index < len(self.llms.members):
+                names = [self.llms.name(i) for i in range(len(self.llms.members))]
+                if mutation.get("model") not in names:
+                    return None
+                index = names.index(mutation["model"])
+            return self.arm_name(kind, index)
+        return kind
+
+    def arm_plan(self, arm: str) -> tuple[str, int | None]:
+        """``(kind, model)`` of an arm of :meth:`arms`."""
+        for kind in self.kinds:
+            if arm == kind:
+                return kind, None
+            if kind in LLM_KINDS and self.llms is not None:
+                for index in range(len(self.llms.members)):
+                    if arm == self.arm_name(kind, index):
+                        return kind, index
+        raise KeyError(f"unknown arm {arm!r}; known: {sorted(self.arms())}")
 
     def make(self, requests: Sequence[MutationRequest]) -> list[MutationResult]:
         """Children for ``requests`` in the same order; failures carry their reason."""
@@ -993,8 +1124,8 @@ class Mutator:
         """One line per child: the model rewrites one assignment of one hook, checked before evaluation."""
         assert self.llms is not None
         llm = self.llms.members[model][0]
-        lc = self.config.llm
-        info_base = {"kind": "llm_line", "model": self.llms.name(model)}
+        temperature, top_p, max_tokens = self._sampling(model)
+        info_base = {"kind": "llm_line", "model": self.llms.name(model), "model_index": model}
         plans: list[tuple[int, LineSite]] = []
         results: list[MutationResult | None] = [None] * len(requests)
         prompts, params = [], []
@@ -1018,9 +1149,9 @@ class Mutator:
             prompts.append(build_line_prompt(request.parent.code, site, contract))
             params.append(
                 SamplingParams(
-                    temperature=lc.temperature,
-                    top_p=lc.top_p,
-                    max_new_tokens=min(lc.max_tokens, 48),
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_new_tokens=min(max_tokens, 48),
                     seed=request.seed,
                     n=3,  # a small model often repeats or garbles: the first of three answers that is usable
                 )
@@ -1055,18 +1186,37 @@ class Mutator:
                     results[index] = made or MutationResult(None, info, "the LLM gave no answer")
         return [r for r in results if r is not None]
 
+    def _sampling(self, model: int) -> tuple[float, float, int]:
+        """``(temperature, top_p, max_tokens)`` of backend ``model``: its own, else the ``llm`` section's."""
+        assert self.llms is not None
+        own, lc = self.llms.sampling[model], self.config.llm
+        temperature = own.get("temperature")
+        top_p = own.get("top_p")
+        max_tokens = own.get("max_tokens")
+        return (
+            float(
+                temperature
+                if temperature is not None
+                else lc.temperature
+                if lc.temperature is not None
+                else 0.7
+            ),
+            float(top_p if top_p is not None else lc.top_p if lc.top_p is not None else 1.0),
+            int(
+                max_tokens if max_tokens is not None else lc.max_tokens if lc.max_tokens is not None else 4096
+            ),
+        )
+
     def _llm(self, model: int, requests: Sequence[MutationRequest]) -> list[MutationResult]:
         assert self.llms is not None
         llm = self.llms.members[model][0]
-        lc = self.config.llm
+        temperature, top_p, max_tokens = self._sampling(model)
         prompts = [build_prompt(r.parent, r.inspirations, self.config) for r in requests]
         params = [
-            SamplingParams(
-                temperature=lc.temperature, top_p=lc.top_p, max_new_tokens=lc.max_tokens, seed=r.seed
-            )
+            SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=r.seed)
             for r in requests
         ]
-        info_base = {"kind": "llm", "model": self.llms.name(model)}
+        info_base = {"kind": "llm", "model": self.llms.name(model), "model_index": model}
         try:
             outputs = llm.generate(prompts, params)
         except Exception as exc:  # a backend error fails these mutations, not the run

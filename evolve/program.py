@@ -214,10 +214,18 @@ class Program:
     eval_seconds: float = 0.0
     # Fitness after each cascade stage that reported (successive halving ranks candidates at a stage).
     stage_scores: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The cascade stage after which the program was stopped (its score is from the stages before);
+    # None: every stage ran. Such a program ranks only against its own kind (see ``complete``).
+    stopped_at: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.fitness is not None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every stage of the cascade scored it: only then can it be a run's best."""
+        return self.stopped_at is None
 
     @property
     def failure(self) -> str | None:

@@ -35,6 +35,7 @@ from scipy.stats import spearmanr
 from societas.agents.documents import DocumentError, load_json_file
 
 from .config import load_config
+from .controller import ADAPTIVE_META
 from .database import Population, ProgramStore
 from .evaluator import probe_sandbox
 from .held_out import HeldOutEntry, evaluate_held_out, held_out_baselines, score_stage, supports_held_out
@@ -45,7 +46,7 @@ from .selection import ValidationRecord, chosen_from, defines_stage, history_fro
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UNCONFINED_WARNING", "plot_fitness", "resolve_run_dir", "write_report"]
+__all__ = ["UNCONFINED_WARNING", "plot_adaptive", "plot_fitness", "resolve_run_dir", "write_report"]
 
 UNCONFINED_WARNING = (
     "candidates ran unconfined (no sandbox isolation): the evaluations used the rlimit sandbox backend, "
@@ -61,14 +62,18 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     from 1e-1 to 1e-2; failed evaluations and failed mutations sit in a separate strip below.
     """
     # A Figure with no pyplot: writing the PNG needs no backend choice and no display.
-    ok = [(p.iteration, p.fitness) for p in programs if p.ok and p.fitness is not None]
+    ok = [(p.iteration, p.fitness) for p in programs if p.ok and p.fitness is not None and p.complete]
+    partial = [
+        (p.iteration, p.fitness) for p in programs if p.ok and p.fitness is not None and not p.complete
+    ]
     bad = [p for p in programs if not p.ok]
     negative = bool(ok) and all(f < 0 for _, f in ok)
     best_x: list[int] = []
     best_y: list[float] = []
     best: float | None = None
     for p in sorted(programs, key=lambda q: q.iteration):
-        fitness = p.fitness if p.ok else None
+        # Only fully evaluated programs can be the best: a cascade's first stages score on less.
+        fitness = p.fitness if p.ok and p.complete else None
         if fitness is not None and (best is None or fitness > best):
             best = fitness
         if best is not None:
@@ -78,6 +83,15 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     ax, strip = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [6, 1]})
     shown = (lambda f: -f) if negative else (lambda f: f)
     ax.scatter([i for i, _ in ok], [shown(f) for _, f in ok], s=12, alpha=0.6, label="program")
+    if partial and (not negative or all(f < 0 for _, f in partial)):
+        ax.scatter(
+            [i for i, _ in partial],
+            [shown(f) for _, f in partial],
+            s=12,
+            facecolors="none",
+            edgecolors="C7",
+            label="stopped early by\nthe cascade (score\nof its first stages)",
+        )
     ax.step(best_x, [shown(f) for f in best_y], where="post", color="C3", label="best so far")
     if negative:
         ax.set_yscale("log")
@@ -94,6 +108,32 @@ def plot_fitness(programs: list[Program], path: Path) -> None:
     strip.set_ylim(-0.6, 1.6)
     strip.set_xlabel("iteration")
     strip.set_title("failures", fontsize=8, loc="left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def plot_adaptive(history: list[tuple[int, dict[str, float]]], path: Path) -> None:
+    """The adaptive choice's sampling weight of every operator and model, batch by batch."""
+    arms = sorted({arm for _, weights in history for arm in weights})
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    x = [iteration for iteration, _ in history]
+    for index, arm in enumerate(arms):
+        ax.step(
+            x,
+            [weights.get(arm, 0.0) for _, weights in history],
+            where="post",
+            color=f"C{index % 10}",
+            marker="o" if len(x) <= 40 else None,
+            markersize=3,
+            label=arm,
+        )
+    ax.set_xlabel("iteration (the weights a batch was planned from hold until the next point)")
+    ax.set_ylabel("share of the children")
+    ax.set_ylim(0, 1)
+    ax.set_title("adaptive choice of operator and model (UCB1)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -240,6 +280,7 @@ def write_report(
         backends = set(store.get_meta("sandbox_backends", None) or [])
         records = load_records(store)
         budget = store.get_meta("stopped_by_time_budget", None)
+        adaptive = [(int(i), dict(w)) for i, w in store.get_meta(ADAPTIVE_META, None) or []]
     finally:
         store.close()
     population = Population(config.database)
@@ -253,6 +294,7 @@ def write_report(
     plot_fitness(programs, run_dir / "plots" / "fitness.png")
 
     status = collections.Counter(p.status for p in programs)
+    rejected = [p for p in programs if p.status == "mutation_failed" and "novelty" in p.artifacts]
     lines = [
         f"# Evolution run `{run_dir.name}`",
         "",
@@ -265,7 +307,9 @@ def write_report(
             else ""
         ),
         f"- programs: {len(programs)} ({status['ok']} ok, {status['failed']} failed evaluations, "
-        f"{status['mutation_failed']} failed mutations)",
+        f"{status['mutation_failed']} failed mutations"
+        + (f", of which {len(rejected)} rejected as duplicates without evaluation" if rejected else "")
+        + ")",
         f"- seed fitness: {_fmt(seed.fitness if seed else None)}",
         f"- best fitness: {_fmt(top.fitness if top else None)}"
         + (f" (program `{top.id}`, iteration {top.iteration}, generation {top.generation})" if top else ""),
@@ -293,7 +337,15 @@ def write_report(
             )
         )
         lines += ["```diff", diff.rstrip() or "(identical to the seed)", "```", ""]
-    if best and seed and best.metrics and best.fitness is not None and seed.fitness is not None:
+    comparable = best is not None and seed is not None and best.complete == seed.complete
+    if (
+        best
+        and seed
+        and best.metrics
+        and best.fitness is not None
+        and seed.fitness is not None
+        and comparable
+    ):
         verdict = "beats" if best.fitness > seed.fitness else "does not beat"
         lines += [
             "## Training set",
@@ -308,8 +360,17 @@ def write_report(
         if best.id != seed.id:
             rows.insert(0, (f"best ({best.id})", best.metrics, None))
         lines += _metric_table(rows) + [""]
+    shown_artifacts = {k: v for k, v in (best.artifacts if best else {}).items() if k != "llm_response" and v}
+    if shown_artifacts:
+        lines += ["## Artifacts of the returned program", ""]
+        lines += ["What its evaluation reported besides the metrics (each cut to 300 characters):", ""]
+        for key, value in sorted(shown_artifacts.items()):
+            text = " ".join(str(value).split())
+            lines.append(f"- `{key}`: {text[:300] + ('...' if len(text) > 300 else '')}")
+        lines.append("")
     held_out_figures: dict[str, float | None] | None = None
     summary: dict[str, Any] = {"run_dir": str(run_dir), "best_id": best.id if best else None}
+    summary["novelty_rejected"] = len(rejected)
     summary["selected_by"] = "validation" if best is not None and best.id in records else "training"
     means: dict[str, dict[str, float | None]] = {
         "training_mean": {},
@@ -439,6 +500,36 @@ def write_report(
         lines.append(
             f"| {kind} | {row['children']} | {row['valid']} | {row['evaluated']} | {row['improved']} |"
         )
+    if rejected:
+        exact = sum(p.artifacts["novelty"].startswith("exact") for p in rejected)
+        lines += [
+            "",
+            "## Novelty rejection",
+            "",
+            f"{len(rejected)} children were not evaluated because the database already held them: {exact} "
+            f"exact duplicates (the same code once comments and formatting are set aside) and "
+            f"{len(rejected) - exact} near duplicates (token-set similarity at least "
+            f"{config.novelty.similarity_threshold:g}).",
+        ]
+    if adaptive:
+        plot_adaptive(adaptive, run_dir / "plots" / "adaptive.png")
+        final = adaptive[-1][1]
+        summary["adaptive_weights"] = final
+        lines += [
+            "",
+            "## Adaptive choice of operator and model",
+            "",
+            "UCB1 over the operators and models, rewarded when a child beats its parent; the weights a "
+            "batch was planned from, over the run:",
+            "",
+            "![adaptive weights](plots/adaptive.png)",
+            "",
+            "| arm | first batch | last batch |",
+            "|---|---:|---:|",
+        ]
+        start = adaptive[0][1]
+        for arm in sorted(final, key=lambda a: -final[a]):
+            lines.append(f"| {arm} | {start.get(arm, 0.0):.3f} | {final[arm]:.3f} |")
     cascade = cascade_stats(programs)
     if cascade is not None:
         summary["cascade"] = cascade
@@ -448,6 +539,11 @@ def write_report(
             f"Stages {' -> '.join(f'`{s}`' for s in cascade['stages'])}: {cascade['completed']} programs "
             f"ran them all" + (f"; stopped early: {stops}." if stops else ".")
         )
+        if stops:
+            lines.append(
+                "A program stopped early is kept with the score of the stages it ran, and ranks only "
+                "against programs stopped at the same stage: it can never be the run's best."
+            )
         rank = cascade.get("rank_correlation")
         if rank is not None:
             lines.append(

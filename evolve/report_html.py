@@ -150,6 +150,8 @@ def html_report_data(
             row["a"] = {k: _clip(str(v)) for k, v in p.artifacts.items()}
         if p.stage_scores:
             row["ss"] = _json_safe(p.stage_scores)
+        if p.stopped_at is not None:
+            row["sa"] = p.stopped_at
         if p.eval_seconds:
             row["t"] = round(p.eval_seconds, 3)
         if p.id in validation:
@@ -365,6 +367,7 @@ td.mono, .mono { font-family: var(--mono); font-size: 12px; }
 .badge.ok { background: #dafbe1; color: #116329; }
 .badge.failed { background: #ffebe9; color: #a40e26; }
 .badge.mutation_failed { background: #eaeef2; color: #424a53; }
+.badge.partial { background: #fff8c5; color: #6a4b00; }
 .badge.best { background: #fff2e8; color: var(--best); border-color: #ffbb96; }
 .badge.top { background: #fffbe6; color: #ad6800; border-color: #ffe58f; }
 .more { padding: 6px 12px; font-size: 12px; color: var(--muted); }
@@ -1127,7 +1130,9 @@ function drawDetails() {
   const p = P[i];
   const badges = `<span class="badge ${p.s}">${STATUS[p.s]}</span>` +
     (i === BEST ? '<span class="badge best">returned program</span>' : '') +
-    (i === TOP && TOP !== BEST ? '<span class="badge top">best training fitness</span>' : '');
+    (i === TOP && TOP !== BEST ? '<span class="badge top">best training fitness</span>' : '') +
+    (p.sa ? `<span class="badge partial" title="ranked only against programs stopped at the same stage">` +
+      `stopped after ${esc(p.sa)}</span>` : '');
   let kv = `<dt>fitness</dt><dd><b>${fmt(p.f)}</b>`;
   const dp = delta(i);
   if (dp !== null) kv += ` <span class="${trend(dp)}">(${signed(dp)} on its parent)</span>`;
@@ -1233,6 +1238,8 @@ function drawTab() {
     if (p.ss) {
       const stages = Object.entries(p.ss).map(([k, v]) => `${esc(k)} ${fmt(v)}`).join(' \u00b7 ');
       html += `<p class="empty">Cascade stages: ${stages}</p>`;
+      if (p.sa) html += `<p class="empty">The cascade stopped it after ${esc(p.sa)}: its fitness is ` +
+        'from the stages up to there, so it ranks only against programs stopped at the same stage.</p>';
     }
     body.innerHTML = html;
   } else {

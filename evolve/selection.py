@@ -100,7 +100,11 @@ class Validator:
 
     def candidates(self, population: Population) -> list[Program]:
         """The best ``top_programs`` distinct programs (by code) on the training fitness."""
-        ranked = sorted((p for p in population.programs.values() if p.ok), key=population._key, reverse=True)
+        ranked = sorted(
+            (p for p in population.programs.values() if p.ok and p.complete),
+            key=population.rank_key,
+            reverse=True,
+        )
         chosen: list[Program] = []
         codes: set[str] = set()
         for program in ranked:

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import os
+import random as host_random
 import textwrap
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from societas.agents.sandbox import bwrap_status
 from societas.evolve.config import EvaluatorConfig
-from societas.evolve.evaluator import TaskError, TaskEvaluator, validate_metrics
+from societas.evolve.evaluator import (
+    TaskError,
+    TaskEvaluator,
+    evaluation_seed,
+    run_evaluation,
+    split_metrics,
+    validate_metrics,
+)
 
 BWRAP = bwrap_status()
 needs_bwrap = [
@@ -92,10 +101,10 @@ def test_openevolve_evaluation_result_objects_and_artifacts_are_accepted(tmp_pat
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ("return {'score': float('nan')}\n", "metric 'score' is not finite"),
-        ("return {'score': 'high'}\n", "metric 'score' is not a number"),
+        ("return {'score': float('nan')}\n", "no finite number among the metrics (score=NaN)"),
+        ("return {'score': 'high'}\n", "no finite number among the metrics (score=high)"),
         ("return [1, 2]\n", "returned list, expected a dict"),
-        ("return {}\n", "metrics dict is empty"),
+        ("return {}\n", "no finite number among the metrics (an empty dict)"),
         ("raise ValueError('bad input')\n", "evaluate raised ValueError: bad input"),
         ("sys.exit(3)\n", "evaluate raised SystemExit"),
         ("os._exit(3)\n", "exit status 3"),
@@ -118,6 +127,105 @@ def test_validate_metrics_names_the_offender():
     assert validate_metrics({"a": 1, "b": 2.5}) == {"a": 1.0, "b": 2.5}
     with pytest.raises(ValueError, match="'flag' is not a number"):
         validate_metrics({"flag": True})
+
+
+def test_split_metrics_reads_results_the_way_openevolve_does():
+    metrics, artifacts = split_metrics(
+        {
+            "combined_score": 0.25,
+            "n": 3,
+            "error": "timeout after 30 s",
+            "ok": True,
+            "bad": float("inf"),
+            "trace": [1, 2],
+            "artifacts": {"stderr": "warn", "data": {"x": 1}},
+        }
+    )
+    assert metrics == {"combined_score": 0.25, "n": 3.0}
+    assert artifacts == {
+        "error": "timeout after 30 s",
+        "ok": "true",
+        "bad": "Infinity",
+        "trace": "[1, 2]",
+        "stderr": "warn",
+        "data": '{"x": 1}',
+    }
+    with pytest.raises(ValueError, match="no finite number among the metrics \\(error=boom\\)"):
+        split_metrics({"error": "boom"})
+    with pytest.raises(ValueError, match="combined_score is not a finite number: NaN"):
+        split_metrics({"combined_score": float("nan"), "other": 1.0})
+    with pytest.raises(ValueError, match="metrics must be a dict, got list"):
+        split_metrics([1])
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        # OpenEvolve's EvaluationResult shape as a plain dict (k_module_problem's error results)
+        '{"metrics": {"combined_score": 0.5, "accuracy": 0.5}, "artifacts": {"status": "ERROR", "why": 3}}',
+        # metrics and a string at the top level, artifacts as a nested mapping
+        '{"combined_score": 0.5, "accuracy": 0.5, "status": "ERROR", "artifacts": {"why": 3}}',
+        # an object with .metrics and .artifacts
+        "EvaluationResult(metrics={'combined_score': 0.5, 'accuracy': 0.5}, "
+        "artifacts={'status': 'ERROR', 'why': 3})",
+        # bytes artifacts are decoded
+        "EvaluationResult(metrics={'combined_score': 0.5, 'accuracy': 0.5}, "
+        "artifacts={'status': b'ERROR', 'why': '3'})",
+    ],
+)
+def test_every_openevolve_result_shape_gives_the_same_metrics_and_artifacts(tmp_path, returned):
+    task = make_task(
+        tmp_path,
+        f"""
+        from openevolve.evaluation_result import EvaluationResult
+        def evaluate(program_path):
+            return {returned}
+    """,
+    )
+    out = TaskEvaluator(task / "evaluator.py", EvaluatorConfig(timeout=10)).evaluate(candidate("return 1\n"))
+    assert out.status == "ok", out.failure
+    assert out.metrics == {"combined_score": 0.5, "accuracy": 0.5}
+    assert out.artifacts["status"] == "ERROR" and out.artifacts["why"] == "3"
+
+
+def test_an_evaluator_artifact_named_like_ours_is_renamed(tmp_path):
+    task = make_task(
+        tmp_path,
+        """
+        def evaluate(program_path):
+            return {"score": 1.0, "failure": "not really", "cascade": "mine"}
+    """,
+    )
+    out = TaskEvaluator(task / "evaluator.py", EvaluatorConfig(timeout=10)).evaluate(candidate("return 1\n"))
+    assert out.status == "ok" and out.failure is None
+    assert out.artifacts["evaluator_failure"] == "not really" and out.artifacts["evaluator_cascade"] == "mine"
+
+
+def test_random_and_numpy_start_from_the_jobs_seed_in_every_stage(tmp_path):
+    task = make_task(
+        tmp_path,
+        """
+        import random
+        import numpy as np
+        def evaluate_stage1(program_path):
+            return {"combined_score": 1.0, "r1": random.random(), "n1": float(np.random.rand())}
+        def evaluate(program_path):
+            return {"combined_score": 1.0, "r2": random.random(), "n2": float(np.random.rand())}
+    """,
+    )
+    ev = TaskEvaluator(task / "evaluator.py", EvaluatorConfig(timeout=10, cascade_thresholds=[0.0]))
+    code = candidate("return 1\n")
+    first, again = ev.evaluate(code), ev.evaluate(code)
+    other = ev.evaluate(candidate("return 2\n"))
+    assert first.status == "ok" and first.metrics == again.metrics
+    # The same seed in both stages (reseeded, not continued), and what random.seed(seed) gives.
+    assert first.metrics["r1"] == first.metrics["r2"] and first.metrics["n1"] == first.metrics["n2"]
+    seed = evaluation_seed(0, code)
+    assert first.metrics["r1"] == host_random.Random(seed).random()
+    assert first.metrics["n1"] == np.random.RandomState(seed % 2**32).rand()
+    assert other.metrics["r1"] != first.metrics["r1"]
+    explicit = run_evaluation(ev.job(code, seed=1234))
+    assert explicit.metrics["r1"] == host_random.Random(1234).random()
 
 
 def test_task_evaluator_without_evaluate_is_rejected(tmp_path):
