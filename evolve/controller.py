@@ -534,8 +534,8 @@ class Controller:
     def _evaluate_seed(self, code: str | None = None, iteration: int = 0, name: str | None = None) -> Program:
         """Evaluate the task's seed (iteration 0) or extra seed ``name`` (iteration -1, -2, ...)."""
         code = self.task.initial_program if code is None else code
-        # Every stage of the cascade: the seeds are what the search's programs are compared with.
-        outcome = self._safe_evaluate(code, iteration, thresholds=())
+        # The same cascade as every child: a seed stopped early ranks with the children stopped there.
+        outcome = self._safe_evaluate(code, iteration)
         self.note_sandbox(outcome.sandbox)
         island = (-iteration - 1) % self.config.database.num_islands if iteration < 0 else 0
         mutation: dict[str, Any] = (

@@ -710,7 +710,8 @@ def run_evaluation(job: EvalJob) -> EvalOutcome:
                 payloads.append(json.loads(line[len(marker) :]))
             except json.JSONDecodeError:
                 payloads.append({"error": "the evaluation produced an unreadable result"})
-    stdout = result.stdout.replace(marker, "[result] ") if payloads else result.stdout
+    # What the program printed, without the harness's result lines (they are the metrics themselves).
+    stdout = "".join(line for line in result.stdout.splitlines(keepends=True) if not line.startswith(marker))
     return _outcome(
         job, payloads, _split_stderr(result.stderr, nonce), stdout, result, started, result.backend
     )

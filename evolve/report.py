@@ -337,23 +337,29 @@ def write_report(
             )
         )
         lines += ["```diff", diff.rstrip() or "(identical to the seed)", "```", ""]
-    comparable = best is not None and seed is not None and best.complete == seed.complete
-    if (
-        best
-        and seed
-        and best.metrics
-        and best.fitness is not None
-        and seed.fitness is not None
-        and comparable
-    ):
-        verdict = "beats" if best.fitness > seed.fitness else "does not beat"
+    if best and seed and best.metrics and best.fitness is not None and seed.fitness is not None:
+        ours: float | None
+        theirs: float | None
+        if best.complete == seed.complete:
+            ours, theirs, where = best.fitness, seed.fitness, "on the fitness"
+            if not best.complete:
+                where += " of the cascade's first stages (neither ran them all)"
+        else:
+            # Like with like: the score after the last stage both ran.
+            common = [s for s in best.stage_scores if s in seed.stage_scores]
+            stage = common[-1] if common else None
+            ours = best.stage_scores.get(stage) if stage else None
+            theirs = seed.stage_scores.get(stage) if stage else None
+            where = f"on the score after `{stage}`, the last cascade stage both ran"
+        if ours is None or theirs is None:
+            verdict = "cannot be compared with"
+        else:
+            verdict = "beats" if ours > theirs else "does not beat"
         lines += [
             "## Training set",
             "",
-            (
-                f"The returned program {verdict} the seed on the fitness ({_fmt(best.fitness)} vs "
-                f"{_fmt(seed.fitness)}; higher is better)."
-            ),
+            f"The returned program {verdict} the seed {where} ({_fmt(ours)} vs {_fmt(theirs)}; "
+            "higher is better).",
             "",
         ]
         rows: list[tuple[str, dict[str, float] | None, str | None]] = [("seed", seed.metrics, None)]

@@ -214,11 +214,11 @@ def test_a_program_the_cascade_stopped_never_outranks_a_fully_evaluated_one():
     assert ranked == ["full", "seed", "partial2", "partial"]  # partial ones among themselves by score
 
 
-def test_the_seed_runs_every_stage_and_stopped_children_are_marked(tmp_path):
+def test_stopped_programs_rank_among_themselves_until_one_runs_every_stage(tmp_path):
     task = load_task(CURVE)
     config = load_config(task.config_path)
     config.max_iterations = 8
-    config.evaluator.cascade_thresholds = [0.999]  # the seed's stage-1 score is below it
+    config.evaluator.cascade_thresholds = [0.999]  # above the seed's stage-1 score: all stop there
     config.mutation.weights = {"constant": 1.0}
     ctl = Controller(task, config, tmp_path / "run")
     try:
@@ -226,15 +226,32 @@ def test_the_seed_runs_every_stage_and_stopped_children_are_marked(tmp_path):
     finally:
         ctl.close()
     programs = ProgramStore(tmp_path / "run" / "programs.db").programs()
-    seed = programs[0]
-    assert seed.complete and "mse" in seed.metrics  # every stage ran, whatever the threshold
     stopped = [p for p in programs if p.ok and not p.complete]
-    assert stopped and all(p.stopped_at == "evaluate_stage1" and "mse" not in p.metrics for p in stopped)
-    assert result.best_id is not None
-    best = next(p for p in programs if p.id == result.best_id)
-    assert best.complete
+    assert len(stopped) == len([p for p in programs if p.ok])  # the seed too: the same cascade as all
+    assert all(p.stopped_at == "evaluate_stage1" and "mse" not in p.metrics for p in stopped)
+    # With no fully evaluated program, the best is the best of the stopped ones, by their stage-1 score.
+    assert result.best_score == max(p.fitness for p in stopped)
     write_report(tmp_path / "run", held_out=False)
     summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "of the cascade's first stages (neither ran them all)" in summary
+    # A fully evaluated program outranks every stopped one, and the report then compares it with
+    # the seed on the stage both ran.
+    store = ProgramStore(tmp_path / "run" / "programs.db")
+    seed = programs[0]
+    full = Program(
+        "full",
+        seed.code + "\n",
+        99,
+        parent_id=seed.id,
+        metrics={"combined_score": 0.1, "mse": 9.0},
+        fitness=0.1,
+        stage_scores={"evaluate_stage1": seed.fitness + 0.01, "evaluate": 0.1},
+    )
+    store.add(full)
+    store.close()
+    write_report(tmp_path / "run", held_out=False)
+    summary = (tmp_path / "run" / "summary.md").read_text()
+    assert "beats the seed on the score after `evaluate_stage1`, the last cascade stage both ran" in summary
     assert "ranks only against programs stopped at the same stage" in summary
 
 
