@@ -908,12 +908,22 @@ class Controller:
         arm = self.mutator.arm_of(program.mutation)
         if arm is None or arm not in self.bandit.arms:
             return
-        parent = self.population.programs.get(program.parent_id or "")
+        # Improvement over its parents: a crossover's second parent counts too, or copying a better
+        # donor's hook would earn the credit of a discovery.
+        parents = [
+            self.population.programs.get(str(pid))
+            for pid in (program.parent_id, program.mutation.get("donor_id"))
+            if pid is not None
+        ]
+        known = [p for p in parents if p is not None and p.fitness is not None]
+        best_parent = max(known, key=self.population.rank_key) if known else None
         child = program.fitness if program.ok else None
-        parent_fitness = parent.fitness if parent is not None else None
         # A child the cascade stopped early is scored on fewer stages than its parent: not an improvement.
-        comparable = program.complete or (parent is not None and not parent.complete)
-        self.bandit.update(arm, improvement(child if comparable else None, parent_fitness))
+        comparable = program.complete or (best_parent is not None and not best_parent.complete)
+        self.bandit.update(
+            arm,
+            improvement(child if comparable else None, best_parent.fitness if best_parent else None),
+        )
 
     def _count_operator(self, program: Program) -> None:
         """Count a child (iteration > 0) for its mutation kind (before it enters the islands)."""
