@@ -16,6 +16,7 @@ from societas.agents.llm import FunctionLLM
 from societas.evolve.config import load_config, parse_config
 from societas.evolve.controller import ADAPTIVE_META, Controller
 from societas.evolve.database import Population, ProgramStore
+from societas.evolve.evaluator import TaskEvaluator
 from societas.evolve.mutation import LLMEnsemble
 from societas.evolve.program import Program
 from societas.evolve.report import write_report
@@ -273,3 +274,21 @@ def test_artifact_storage_settings_are_honoured(tmp_path):
             assert (
                 sum(len(v) for v in seed.artifacts.values()) <= 30 and seed.artifacts["status"] == "searched"
             )
+
+
+def test_the_circle_packing_example_scores_valid_packings_and_explains_invalid_ones():
+    task = load_task(REPO / "examples" / "circle_packing")
+    config = load_config(task.config_path)
+    evaluator = TaskEvaluator(task.evaluator_path, config.evaluator)
+    seed = evaluator.evaluate(task.initial_program)
+    assert seed.status == "ok" and seed.metrics["validity"] == 1.0
+    # By hand: the radii the seed's construction gives sum to 1.65544 (a centre circle, rings of 8 and 17).
+    assert seed.metrics["sum_radii"] == pytest.approx(1.6554427288, abs=1e-9)
+    assert seed.metrics["combined_score"] == pytest.approx(seed.metrics["sum_radii"] / 2.635)
+    overlapping = task.initial_program.replace(
+        "    return centers, largest_radii(centers)", "    return centers, largest_radii(centers) * 1.5"
+    )
+    assert overlapping != task.initial_program
+    bad = evaluator.evaluate(overlapping)
+    assert bad.status == "ok" and bad.metrics["combined_score"] == 0.0
+    assert "overlap" in bad.artifacts["invalid"] or "outside the unit square" in bad.artifacts["invalid"]
