@@ -525,8 +525,8 @@ def write_report(
             "",
             "## Adaptive choice of operator and model",
             "",
-            "UCB1 over the operators and models, rewarded when a child beats its parent; the weights a "
-            "batch was planned from, over the run:",
+            "UCB1 over the operators and models, rewarded when a child beats the better of its parents; "
+            "the weights a batch was planned from, over the run:",
             "",
             "![adaptive weights](plots/adaptive.png)",
             "",
@@ -547,8 +547,8 @@ def write_report(
         )
         if stops:
             lines.append(
-                "A program stopped early is kept with the score of the stages it ran, and ranks only "
-                "against programs stopped at the same stage: it can never be the run's best."
+                "A program stopped early is kept with the score of the stages it ran, ranks below every "
+                "program that ran them all and only against programs stopped at the same stage."
             )
         rank = cascade.get("rank_correlation")
         if rank is not None:

@@ -253,7 +253,7 @@ def test_stopped_programs_rank_among_themselves_until_one_runs_every_stage(tmp_p
     write_report(tmp_path / "run", held_out=False)
     summary = (tmp_path / "run" / "summary.md").read_text()
     assert "beats the seed on the score after `evaluate_stage1`, the last cascade stage both ran" in summary
-    assert "ranks only against programs stopped at the same stage" in summary
+    assert "only against programs stopped at the same stage" in summary
 
 
 def test_artifact_storage_settings_are_honoured(tmp_path):
