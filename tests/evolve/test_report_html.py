@@ -167,6 +167,9 @@ def real_run(tmp_path_factory):
     cfg.evaluator.task_settings = {"held_out_points": 7}
     cfg.held_out.baselines = ["exact", "zero"]
     cfg.mutation.weights = {"llm": 0.5, "constant": 0.3, "crossover": 0.2}
+    # The configured mix, every child evaluated: the page is checked against a known mix of kinds.
+    cfg.adaptive.enabled = False
+    cfg.novelty.enabled = False
     controller = Controller(
         task, cfg, root / "run", llms=LLMEnsemble([(FunctionLLM(answer, name="scripted"), 1.0)])
     )
