@@ -154,10 +154,18 @@ class LLMConfig(_Sampling):
     top_p: float | None = Field(0.95, gt=0, le=1)
     max_tokens: int | None = Field(4096, ge=1)
     retries: int | None = Field(
-        3, ge=0, le=100, description="retries after a timeout, HTTP 429 or 5xx; other 4xx are not retried"
+        None,
+        ge=0,
+        le=100,
+        description="retries after a timeout, HTTP 429 or 5xx (other 4xx are not retried); default the "
+        "client's own (5)",
     )
     retry_delay: float | None = Field(
-        5.0, ge=0, le=3600, description="seconds before the first retry, doubled for each further one"
+        None,
+        ge=0,
+        le=3600,
+        description="seconds before the first retry, doubled for each further one; default the client's own "
+        "(0.5 s, with jitter)",
     )
 
     def settings(self, index: int) -> dict[str, Any]:
