@@ -232,11 +232,15 @@ def _move(data: dict[str, Any], key: str, section: str, target: str, t: _Transla
 
 
 def _rename(block: dict[str, Any], key: str, target: str, path: str, t: _Translation) -> None:
+    """Move ``block[key]`` to ``block[target]`` (the same setting); different values for both are an error."""
     if key not in block:
         return
     value = block.pop(key)
     if target in block and block[target] != value:
-        t.errors.append(f"{path}.{key}: {value!r} contradicts {path}.{target}: {block[target]!r}")
+        prefix = f"{path}." if path else ""
+        t.errors.append(
+            f"{prefix}{key}: {value!r} contradicts {prefix}{target}: {block[target]!r} (they are the same setting)"
+        )
         return
     block[target] = value
 
@@ -327,15 +331,7 @@ def translate(data: dict[str, Any], source: str = "config") -> tuple[dict[str, A
     if suffix is not None and suffix != ".py":
         t.errors.append(f"file_suffix: {suffix!r} is not supported: only Python programs (.py) are evolved")
     _move(data, "parallel_evaluations", "evaluator", "parallel_evaluations", t)
-    if "max_program_length" in data:
-        value = data.pop("max_program_length")
-        if "max_code_length" in data and data["max_code_length"] != value:
-            t.errors.append(
-                f"max_program_length: {value!r} contradicts max_code_length: {data['max_code_length']!r} "
-                "(they are the same setting)"
-            )
-        else:
-            data["max_code_length"] = value
+    _rename(data, "max_program_length", "max_code_length", "", t)
     if isinstance(data.get("llm"), dict):
         _llm(data["llm"], t)
     if isinstance(data.get("prompt"), dict):

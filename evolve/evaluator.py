@@ -62,7 +62,7 @@ from societas.agents.documents import DocumentError, read_text
 from societas.agents.sandbox import Sandbox, SandboxError, SandboxResult
 
 from .config import EvaluatorConfig, SandboxBackend
-from .program import fitness_of, parse_python
+from .program import fitness_of, is_metric_value, parse_python
 
 logger = logging.getLogger(__name__)
 
@@ -502,10 +502,6 @@ class TaskError(ValueError):
 _RESERVED_ARTIFACTS = ("failure", "cascade", "llm_response", "novelty")
 
 
-def _is_metric(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -527,7 +523,7 @@ def split_metrics(result: Any) -> tuple[dict[str, float], dict[str, str]]:
     """
     if not isinstance(result, dict):
         raise ValueError(f"metrics must be a dict, got {type(result).__name__}")
-    if "combined_score" in result and not _is_metric(result["combined_score"]):
+    if "combined_score" in result and not is_metric_value(result["combined_score"]):
         # The fitness the evaluator declares cannot be used: ranking by the other metrics would hide that.
         raise ValueError(
             f"combined_score is not a finite number: {_tail(_as_text(result['combined_score']), 60)}"
@@ -536,7 +532,7 @@ def split_metrics(result: Any) -> tuple[dict[str, float], dict[str, str]]:
     artifacts: dict[str, str] = {}
     for key, value in result.items():
         name = str(key)
-        if _is_metric(value):
+        if is_metric_value(value):
             metrics[name] = float(value)
         elif name == "artifacts" and isinstance(value, dict):
             artifacts.update({str(k): _as_text(v) for k, v in value.items()})

@@ -361,12 +361,10 @@ class LLMEnsemble:
         cls,
         uris: Sequence[tuple[str, float]],
         *,
-        timeouts: Sequence[float | None] | None = None,
         settings: Sequence[dict[str, Any]] | None = None,
     ) -> LLMEnsemble:
         """The ensemble of ``(URI, weight)`` pairs.
 
-        ``timeouts[i]`` bounds each request of an ``openai:`` URI;
         ``settings[i]`` (see :meth:`societas.evolve.config.LLMConfig.settings`)
         gives backend ``i`` its sampling settings and, for an ``openai:`` URI,
         its request settings: ``timeout``, ``retries``, ``retry_delay`` (the
@@ -375,11 +373,10 @@ class LLMEnsemble:
         members, sampling = [], []
         for index, (uri, weight) in enumerate(uris):
             setting = dict(settings[index]) if settings is not None else {}
-            timeout = timeouts[index] if timeouts is not None else setting.get("timeout")
             options: dict[str, Any] = {}
             if uri.strip().startswith("openai:"):
-                if timeout is not None:
-                    options["timeout_s"] = timeout
+                if setting.get("timeout") is not None:
+                    options["timeout_s"] = setting["timeout"]
                 if setting.get("retries") is not None:
                     options["max_retries"] = int(setting["retries"])
                 if setting.get("retry_delay") is not None:

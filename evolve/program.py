@@ -171,13 +171,14 @@ def fitness_of(metrics: dict[str, Any]) -> float | None:
     """``combined_score`` when present, else the mean of the numeric metrics (OpenEvolve's rule)."""
     if not metrics:
         return None
-    if "combined_score" in metrics and _is_number(metrics["combined_score"]):
+    if "combined_score" in metrics and is_metric_value(metrics["combined_score"]):
         return float(metrics["combined_score"])
-    values = [float(v) for v in metrics.values() if _is_number(v)]
+    values = [float(v) for v in metrics.values() if is_metric_value(v)]
     return sum(values) / len(values) if values else None
 
 
-def _is_number(value: Any) -> bool:
+def is_metric_value(value: Any) -> bool:
+    """A finite int or float (not a bool): what counts as a metric; anything else is an artifact."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
