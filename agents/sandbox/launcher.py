@@ -55,6 +55,8 @@ namespace of its own, the launcher is the namespace's init, which no process
 inside may signal, and whose exit kills everything left in the namespace.
 Otherwise it makes itself a child subreaper, so orphans (double-forked
 daemons) become its children, and kills them all when the program ends.
+Either way the launcher watches the status pipe: once its parent's read end
+is gone (the caller was killed), it kills the program and all it started.
 
 This file must stay stdlib-only and small: it becomes the parent of the
 program, and it is not allowed to import anything of societas (the package
@@ -67,6 +69,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import sys
@@ -244,9 +247,29 @@ def _reap_all(block_s: float = 0.0) -> None:
             time.sleep(0.005)
 
 
+def _caller_watch(fd: int) -> select.poll:
+    """A poller on the status pipe's write end: it reports POLLERR once no reader is left.
+
+    The supervising parent holds the only read end, so POLLERR means it died.
+    This is the launcher's own lifeline: bubblewrap's ``--die-with-parent``
+    misses a parent killed while bubblewrap is still setting up (between its
+    fork and its ``prctl``), and the launcher then ran on, orphaned.
+    """
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever the mask
+    return poller
+
+
+def _caller_gone(poller: select.poll) -> bool:
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def _supervise(cfg: dict[str, Any], fd: int, is_init: bool) -> NoReturn:
     """Run the program, watch its disk use, reap everything, report its exact end; never returns."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    caller = _caller_watch(fd)
+    if _caller_gone(caller):
+        os._exit(SETUP_FAILED_STATUS)
     pid = _start_program(cfg, fd)
     disk = cfg.get("disk")
     next_disk_check = time.monotonic()
@@ -265,6 +288,14 @@ def _supervise(cfg: dict[str, Any], fd: int, is_init: bool) -> NoReturn:
                 status, maxrss_kb = wait_status, usage.ru_maxrss
         if status is not None:
             break
+        if _caller_gone(caller):
+            # Nobody is left to read the result: end the run and everything it started.
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            _kill_everything_else(is_init)
+            os._exit(128 + signal.SIGKILL)
         if disk and time.monotonic() >= next_disk_check:
             next_disk_check = time.monotonic() + _DISK_POLL_S
             used = _disk_used(disk)

@@ -694,6 +694,48 @@ def test_killing_the_caller_ends_its_runs(backend, tmp_path):
     assert_no_survivors(marker, within_s=5.0)
 
 
+def test_the_launcher_ends_the_run_when_its_reader_is_gone(tmp_path):
+    """With no other tie to its caller (as under bubblewrap), a closed status pipe ends the run.
+
+    bubblewrap's --die-with-parent misses a caller killed while bubblewrap is
+    still starting, so the launcher watches the pipe its caller reads.
+    """
+    marker = f"societas-orphan-{uuid.uuid4().hex}"
+    status_read, status_write = os.pipe()
+    cfg = {
+        "status_fd": status_write,
+        "uid": None,
+        "limits": [],
+        "argv": [sys.executable, "-c", "import time; time.sleep(60)", marker],
+        "parent_pid": None,
+        "unshare": [],
+        "reachable": [],
+        "copy_from": None,
+        "disk": None,
+    }
+    launcher = subprocess.Popen(
+        [sys.executable, "-I", "-S", sandbox_core.LAUNCHER_PATH, json.dumps(cfg)],
+        cwd=tmp_path,
+        pass_fds=(status_write,),
+        start_new_session=True,
+    )
+    os.close(status_write)
+    try:
+        with os.fdopen(status_read, "rb") as status:
+            assert json.loads(status.readline()) == {"event": "started"}
+            deadline = time.monotonic() + 20
+            while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(processes_with(marker)) == 2, "the launcher and its program never both ran"
+        # The read end is closed now: the launcher must notice and end everything.
+        assert launcher.wait(timeout=5) == 128 + 9
+        assert_no_survivors(marker, within_s=3.0)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, 9)
+            launcher.wait()
+
+
 def test_describe_tells_a_killed_sandbox_from_a_killed_program():
     box = Sandbox()
     buffers = [CappedBuffer(1000) for _ in range(2)]
