@@ -905,6 +905,12 @@ class Controller:
             self.novelty.add(program.id, program.code)
         if self.bandit is None or program.iteration <= 0:
             return
+        planned = program.mutation.get("planned")
+        if planned is not None:
+            # The operator drawn first found nothing to change and handed over: a pull without a result.
+            first = self.mutator.arm_of({"kind": planned})
+            if first is not None and first in self.bandit.arms:
+                self.bandit.update(first, None)
         arm = self.mutator.arm_of(program.mutation)
         if arm is None or arm not in self.bandit.arms:
             return

@@ -23,9 +23,12 @@ to one backend are sent in one ``generate`` call.
 
 **AST operators** (no LLM), each confined to the evolve blocks and seeded:
 
-* ``constant`` — perturb 1..``max_constants`` numeric literals, multiplicative
-  log-normal noise ``x * exp(N(0, sigma))`` or additive ``x + N(0, sigma)``
-  (integers move by one or scale and round);
+* ``constant`` — perturb 1..``max_constants`` literals: numbers by
+  multiplicative log-normal noise ``x * exp(N(0, sigma))`` or additive
+  ``x + N(0, sigma)`` (integers move by one or scale and round); a string
+  that the evolve block names among alternatives (in one comment, or in one
+  list, tuple or set of strings: ``# loader: ['csv_reader', 'json_reader']``)
+  becomes another of them (:func:`choice_sites`);
 * ``operator`` — swap one arithmetic operator (``+ - * /``), one comparison
   (``< <= > >=``) or ``min``/``max``;
 * ``function`` — swap a called function for its partner from
@@ -43,6 +46,11 @@ to one backend are sent in one ``generate`` call.
   (:func:`cmaes_children`): its children share the elite's code and differ
   in their numbers, generation after generation.
 
+An LLM-free operator that finds nothing of its kind in the parent (no
+literal, no operator, no second parent) hands the child to another of the
+configured ones, drawn by weight, so a task whose program offers one kind of
+edit spends no iterations on the others.
+
 Edits are made on the source text at the positions the AST gives, so comments
 and formatting elsewhere survive. Every child must parse, differ from its
 parent, keep the text outside the evolve blocks byte for byte and respect
@@ -55,12 +63,14 @@ from __future__ import annotations
 import ast
 import collections
 import hashlib
+import io
 import logging
 import math
 import os
 import random
 import re
 import textwrap
+import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -112,12 +122,19 @@ __all__ = [
 
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 LLM_KINDS = frozenset({"llm", "llm_line"})  # the mutation kinds that call an LLM
+# LLM-free kinds made one child at a time, which stand in for each other where one finds nothing to change.
+AST_FALLBACK_KINDS = ("constant", "operator", "function", "crossover", "blocks")
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _MAX_RESPONSE_ARTIFACT = 4000
 
 
 class MutationError(ValueError):
     """A mutation that produced no valid child; the message is the recorded reason."""
+
+
+class NotApplicable(MutationError):
+    """The operator finds nothing of its kind to change in this parent (no constant, no operator, no second
+    parent...): the :class:`Mutator` hands the child to another LLM-free operator instead."""
 
 
 # ============================================================================ diffs
@@ -495,10 +512,10 @@ def _format_number(value: float, is_int: bool) -> str:
 
 
 def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tuple[str, str]:
-    """Perturb 1..max_constants numeric literals inside the evolve blocks."""
+    """Perturb 1..max_constants literals inside the evolve blocks: numbers, and strings with named alternatives."""
     mc = config.mutation
     src = _Source(code)
-    sites = [
+    numbers: list[Any] = [
         n
         for n in src.nodes(ast.Constant)
         if isinstance(n.value, (int, float))
@@ -506,14 +523,27 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
         and math.isfinite(n.value)
         and (mc.perturb_ints or isinstance(n.value, float))
     ]
+    choices = choice_sites(code, src)
+    sites: list[Any] = sorted([*numbers, *choices], key=lambda n: src.span(n))
     if not sites:
-        raise MutationError("no numeric constant inside the evolve blocks to perturb")
+        raise NotApplicable(
+            "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
+        )
     chosen = sorted(
         rng.sample(sites, rng.randint(1, min(mc.max_constants, len(sites)))), key=lambda n: src.span(n)
     )
     edits, notes = [], []
     for node in chosen:
         old = node.value
+        if node in choices:
+            quote = src.code[src.span(node)[0]]
+            new_text = rng.choice(choices[node])
+            text = quote + new_text + quote
+            old_text = quote + old + quote
+            start, end = src.span(node)
+            edits.append((start, end, text))
+            notes.append(f"line {node.lineno}: {old_text} -> {text}")
+            continue
         if isinstance(old, int):
             if rng.random() < mc.additive_probability or abs(old) < 4:
                 new: float | int = old + rng.choice((-1, 1))
@@ -532,6 +562,79 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
         edits.append((start, end, text))
         notes.append(f"line {node.lineno}: {old!r} -> {text}")
     return _edit(code, edits), "; ".join(notes)
+
+
+# A quoted word in a comment: 'csv_reader' or "csv_reader" (no quotes, backslashes or spaces inside).
+_QUOTED = re.compile(r"""(['"])([^'"\\\s]+)\1""")
+
+
+def _string_groups(code: str, src: _Source) -> list[set[str]]:
+    """Sets of alternatives the evolve blocks name: the quoted words of one comment, the strings of one
+    list, tuple or set display (all of whose elements are strings)."""
+    groups: list[set[str]] = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        tokens = []  # the parent parsed, so this does not happen; without comments only displays count
+    for token in tokens:
+        if token.type == tokenize.COMMENT and any(lo <= token.start[0] <= hi for lo, hi in src.blocks):
+            words = {m.group(2) for m in _QUOTED.finditer(token.string)}
+            if len(words) >= 2:
+                groups.append(words)
+    for node in src.nodes((ast.List, ast.Tuple, ast.Set)):
+        elts = node.elts
+        if len(elts) >= 2 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
+            groups.append({e.value for e in elts})
+    return groups
+
+
+def choice_sites(code: str, src: _Source | None = None) -> dict[ast.Constant, list[str]]:
+    """String literals inside the evolve blocks that the blocks name among alternatives -> those alternatives.
+
+    A plain (unprefixed) string literal whose value appears in a group of
+    :func:`_string_groups` may become any other member of its groups. Left
+    alone: docstrings, dictionary keys, subscripts, f-string parts, strings
+    that are themselves elements of the listing (the options stay options),
+    and alternatives its quotes cannot hold as written.
+    """
+    src = src or _Source(code)
+    groups = _string_groups(code, src)
+    if not groups:
+        return {}
+    skip: set[int] = set()
+    for node in ast.walk(src.tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+        if isinstance(node, ast.Dict):
+            skip.update(id(k) for k in node.keys if k is not None)
+        elif isinstance(node, ast.Subscript):
+            skip.update(id(n) for n in ast.walk(node.slice))
+        elif isinstance(node, ast.JoinedStr):
+            skip.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
+        ):
+            skip.update(id(e) for e in node.elts)
+    sites: dict[ast.Constant, list[str]] = {}
+    for node in src.nodes(ast.Constant):
+        if not isinstance(node.value, str) or id(node) in skip:
+            continue
+        start, end = src.span(node)
+        text = src.code[start:end]
+        quote = text[:1]
+        if quote not in ("'", '"') or text.startswith(quote * 3) or text != quote + node.value + quote:
+            continue  # prefixed, triple-quoted, escaped or implicitly concatenated: not rewritten
+        options = sorted(
+            {w for g in groups if node.value in g for w in g}
+            - {node.value}
+            - {w for w in (w for g in groups for w in g) if quote in w or "\\" in w or "\n" in w}
+        )
+        if options:
+            sites[node] = options
+    return sites
 
 
 def numeric_sites(code: str, config: EvolveConfig) -> list[ast.Constant]:
@@ -648,7 +751,7 @@ def swap_operator(code: str, rng: random.Random, config: EvolveConfig | None = N
         ):
             sites.append(("minmax", node))
     if not sites:
-        raise MutationError("no swappable operator (+ - * /, < <= > >=, min/max) inside the evolve blocks")
+        raise NotApplicable("no swappable operator (+ - * /, < <= > >=, min/max) inside the evolve blocks")
     kind, node = rng.choice(sites)
     if kind == "minmax":
         start, end = src.span(node.func)
@@ -692,7 +795,7 @@ def swap_function(code: str, rng: random.Random, config: EvolveConfig) -> tuple[
         (n, name) for n in src.nodes(ast.Call) if (name := _dotted(n.func)) is not None and name in partners
     ]
     if not sites:
-        raise MutationError("no call to a function of mutation.function_pairs inside the evolve blocks")
+        raise NotApplicable("no call to a function of mutation.function_pairs inside the evolve blocks")
     node, old = rng.choice(sites)
     new = rng.choice(partners[old])
     start, end = src.span(node.func)
@@ -735,7 +838,7 @@ def crossover(
         != textwrap.dedent(donor[theirs[name][0] : theirs[name][1]])
     )
     if not differing:
-        raise MutationError("the two parents share no differing class or function inside their evolve blocks")
+        raise NotApplicable("the two parents share no differing class or function inside their evolve blocks")
     taken = [name for name in differing if rng.random() < 0.5]
     if not taken:
         taken = [rng.choice(differing)]
@@ -1057,22 +1160,50 @@ class Mutator:
         return [r for r in results if r is not None]
 
     def _ast(self, request: MutationRequest) -> MutationResult:
+        """A child by the request's LLM-free operator; where that operator finds nothing to change in this
+        parent (:class:`NotApplicable`), by another of the configured ones, drawn by weight (the record's
+        ``kind`` is the operator that made the child, ``planned`` the one drawn first)."""
         rng = random.Random(request.seed)
+        kind = request.kind
+        tried: list[str] = []
+        skipped: list[str] = []
+        while True:
+            result, inapplicable = self._ast_once(kind, request, rng)
+            if not inapplicable:
+                break
+            tried.append(kind)
+            skipped.append(f"{kind}: {result.failure}")
+            others = [k for k in self.kinds if k in AST_FALLBACK_KINDS and k not in tried]
+            if not others:
+                if len(skipped) > 1:
+                    result.failure = (
+                        "no LLM-free operator applies to this parent (" + "; ".join(skipped) + ")"
+                    )
+                break
+            kind = rng.choices(others, weights=[self.weights[k] for k in others])[0]
+        if kind != request.kind:
+            result.info["planned"] = request.kind
+        return result
+
+    def _ast_once(
+        self, kind: str, request: MutationRequest, rng: random.Random
+    ) -> tuple[MutationResult, bool]:
+        """One try of operator ``kind``: the result, and whether the operator did not apply."""
         parent = request.parent.code
-        info: dict[str, Any] = {"kind": request.kind}
+        info: dict[str, Any] = {"kind": kind}
         try:
-            if request.kind == "constant":
+            if kind == "constant":
                 child, detail = perturb_constants(parent, rng, self.config)
-            elif request.kind == "operator":
+            elif kind == "operator":
                 child, detail = swap_operator(parent, rng, self.config)
-            elif request.kind == "function":
+            elif kind == "function":
                 child, detail = swap_function(parent, rng, self.config)
-            elif request.kind == "crossover":
+            elif kind == "crossover":
                 if request.donor is None:
-                    raise MutationError("crossover needs a second parent and the island has none")
+                    raise NotApplicable("crossover needs a second parent and the island has none")
                 info["donor_id"] = request.donor.id
                 child, detail = crossover(parent, request.donor.code, rng, self.config)
-            elif request.kind == "blocks":
+            elif kind == "blocks":
                 assert self.blocks is not None  # checked in __init__
                 child, detail = mutate_blocks(parent, rng, self.blocks)
                 edits = self.config.mutation.block_edits
@@ -1090,12 +1221,14 @@ class Mutator:
                             done.append(what)
                     detail = "; ".join(done)
             else:
-                raise MutationError(f"unknown mutation kind {request.kind!r}")
+                raise MutationError(f"unknown mutation kind {kind!r}")
             info["detail"] = detail
             validate_child(parent, child, self.config.max_code_length)
+        except NotApplicable as exc:
+            return MutationResult(None, info, str(exc)), True
         except (MutationError, EvolveBlockError, BlockError) as exc:
-            return MutationResult(None, info, str(exc))
-        return MutationResult(child, info)
+            return MutationResult(None, info, str(exc)), False
+        return MutationResult(child, info), False
 
     def _cmaes(self, requests: Sequence[MutationRequest]) -> list[MutationResult]:
         """Children of one origin drawn by CMA-ES, in request order (see :func:`cmaes_children`)."""

@@ -506,6 +506,18 @@ def write_report(
         lines.append(
             f"| {kind} | {row['children']} | {row['valid']} | {row['evaluated']} | {row['improved']} |"
         )
+    handed: collections.Counter[str] = collections.Counter(
+        str(p.mutation["planned"]) for p in programs if p.mutation.get("planned")
+    )
+    if handed:
+        summary["handed_over"] = dict(handed)
+        lines += [
+            "",
+            "Children whose drawn operator found nothing to change in their parent, made by another "
+            "(counted above under the one that made them): "
+            + ", ".join(f"{kind} {n}" for kind, n in sorted(handed.items()))
+            + ".",
+        ]
     if rejected:
         exact = sum(p.artifacts["novelty"].startswith("exact") for p in rejected)
         lines += [

@@ -82,7 +82,15 @@ def test_report_scores_seed_best_and_baselines_on_the_held_out_set_and_caches(ta
     held = figures["held_out"]
     assert held["exact"] == 1.0  # the hidden curve itself
     assert held["broken"] is None
-    assert held[best_label] > held["seed"]
+    # the returned program's held-out score, computed here from its code: 1 / (1 + mse) at x = 2 + i / 7
+    namespace: dict = {}
+    exec((tmp_path / "runs" / "r1" / "best_program.py").read_text(), namespace)
+    xs = [2.0 + i / 7 for i in range(7)]
+    mse = sum((p - (1.5 * x * x - 0.7 * x + 0.3)) ** 2 for p, x in zip(namespace["predict"](xs), xs)) / 7
+    assert held[best_label] == pytest.approx(1.0 / (1.0 + mse), rel=1e-12)
+    assert held["seed"] == pytest.approx(
+        1.0 / (1.0 + sum((x * x - (1.5 * x * x - 0.7 * x + 0.3)) ** 2 for x in xs) / 7)
+    )
 
     summary = (tmp_path / "runs" / "r1" / "summary.md").read_text()
     assert "## Held-out set" in summary and "## Training set" in summary

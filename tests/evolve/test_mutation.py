@@ -17,6 +17,7 @@ from societas.evolve.mutation import (
     apply_diff,
     apply_llm_answer,
     build_prompt,
+    choice_sites,
     crossover,
     parse_diff,
     perturb_constants,
@@ -135,6 +136,47 @@ def test_constant_perturbation_is_seeded_and_stays_in_blocks():
     assert len(children) > 10
 
 
+CHOICES = """MODES = ['fast', 'slow']  # frozen listing: 'fast', 'slow', 'exact'
+
+
+# EVOLVE-BLOCK-START
+def configure():
+    \"\"\"Pick a 'loader' and a 'sorter'.\"\"\"
+    # loader: ['csv_reader', 'json_reader', "sql_reader"]
+    # don't change 'keep' here
+    table = {'loader': 'json_reader', 'note': 'keep'}
+    sorter = "heapsort"  # one of SORTERS
+    label = f"run-{'json_reader'}"
+    return table, sorter, label, table['loader']
+
+
+SORTERS = ('heapsort', 'quicksort')
+# EVOLVE-BLOCK-END
+"""
+
+
+def test_constant_perturbation_moves_a_string_to_an_alternative_the_block_names():
+    sites = {node.value: options for node, options in choice_sites(CHOICES).items()}
+    # Comment listings and string tuples name alternatives; keys, subscripts, f-strings, docstrings,
+    # the listings' own elements, frozen code and lone quoted words do not.
+    assert sites == {"json_reader": ["csv_reader", "sql_reader"], "heapsort": ["quicksort"]}
+    seen = set()
+    for seed in range(40):
+        child, note = perturb_constants(CHOICES, random.Random(seed), CFG)
+        assert frozen_parts_equal(CHOICES, child) and child != CHOICES
+        ast.parse(child)
+        seen.add(note)
+    assert "line 9: 'json_reader' -> 'csv_reader'" in seen and "line 9: 'json_reader' -> 'sql_reader'" in seen
+    assert 'line 10: "heapsort" -> "quicksort"' in seen  # the literal keeps its own quotes
+    child, _ = perturb_constants(CHOICES, random.Random(0), CFG)
+    assert "{'loader':" in child and "table['loader']" in child and "f\"run-{'json_reader'}\"" in child
+    assert "SORTERS = ('heapsort', 'quicksort')" in child
+    with pytest.raises(MutationError, match="no numeric constant, and no string with named alternatives"):
+        perturb_constants(
+            "# EVOLVE-BLOCK-START\nx = 'a'  # 'a' only\n# EVOLVE-BLOCK-END\n", random.Random(0), CFG
+        )
+
+
 def test_operator_swap_changes_one_operator_or_min_max():
     seen = set()
     for s in range(30):
@@ -210,7 +252,37 @@ def test_mutator_without_llm_uses_ast_operators_and_rejects_an_empty_mix():
             MutationRequest(2, "crossover", _parent(), [], seed=5),
         ]
     )
-    assert out[0].code is not None and out[1].failure.startswith("crossover needs a second parent")
+    # crossover without a second parent hands the child to another LLM-free operator
+    assert out[0].code is not None and out[1].code is not None
+    assert out[1].info["planned"] == "crossover" and out[1].info["kind"] in (
+        "constant",
+        "operator",
+        "function",
+    )
+    only = Mutator(parse_config({"mutation": {"weights": {"crossover": 1.0}}}), None)
+    [alone] = only.make([MutationRequest(2, "crossover", _parent(), [], seed=5)])
+    assert alone.code is None and alone.failure.startswith("crossover needs a second parent")
+
+
+def test_an_operator_with_nothing_to_change_hands_over_to_one_that_has():
+    code = "# EVOLVE-BLOCK-START\ndef f(x):\n    return g(x, 0.5)\n# EVOLVE-BLOCK-END\n"  # one constant, no operator
+    cfg = parse_config({"mutation": {"weights": {"operator": 0.5, "function": 0.3, "constant": 0.2}}})
+    parent = Program(code=code, id="p", iteration=0)
+    made = Mutator(cfg, None).make([MutationRequest(i, "operator", parent, [], seed=i) for i in range(8)])
+    assert all(
+        r.code is not None and r.info == {**r.info, "kind": "constant", "planned": "operator"} for r in made
+    )
+    assert len({r.code for r in made}) > 1  # still seeded per request
+    bare = Program(
+        code="# EVOLVE-BLOCK-START\ndef f(x):\n    return g(x)\n# EVOLVE-BLOCK-END\n", id="q", iteration=0
+    )
+    [none] = Mutator(cfg, None).make([MutationRequest(1, "function", bare, [], seed=1)])
+    assert none.code is None and none.failure.startswith(
+        "no LLM-free operator applies to this parent (function: "
+    )
+    assert (
+        "operator: no swappable operator" in none.failure and "constant: no numeric constant" in none.failure
+    )
 
 
 def test_llm_backend_error_fails_the_mutations_not_the_run():

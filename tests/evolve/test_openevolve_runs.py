@@ -25,6 +25,7 @@ from societas.evolve.task import load_task
 REPO = Path(__file__).resolve().parents[2]
 NOISY = Path(__file__).parent / "tasks" / "noisy_min"
 CURVE = Path(__file__).parent / "tasks" / "curve_fit"
+CHOICE = Path(__file__).parent / "tasks" / "pipeline_choice"
 
 
 def cli(*args, timeout=300):
@@ -77,6 +78,32 @@ def test_an_openevolve_config_runs_with_llm_none_and_the_same_seed_gives_the_sam
         "run", NOISY, "--llm", "none", "--seed", 12, "--iterations", 0, "--out", tmp_path / "o", "--json"
     )
     assert json.loads(other.stdout.strip().splitlines()[-1])["seed_score"] != first["seed_score"]
+
+
+def test_a_categorical_task_improves_without_an_llm_by_moving_strings_among_named_options(tmp_path):
+    """The seed chooses four wrong stages; the options are listed only in its comments."""
+    proc = cli("run", CHOICE, "--llm", "none", "--out", tmp_path, "--no-held-out", "--json")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["seed_score"] == 0.0 and result["best_score"] >= 0.5
+    with sqlite3.connect(Path(result["run_dir"]) / "programs.db") as db:
+        details = [
+            json.loads(data)["mutation"].get("detail", "")
+            for (data,) in db.execute("SELECT data FROM programs")
+        ]
+    options = [
+        {"csv_reader", "json_reader", "xml_reader", "parquet_reader", "sql_reader"},
+        {"normalize", "standardize", "minmax", "robust", "none"},
+        {"lbfgs", "adam", "sgd", "newton", "bisection"},
+        {"json", "xml", "csv", "yaml", "protobuf"},
+    ]
+    moves = [m for d in details for m in re.findall(r'"(\w+)" -> "(\w+)"', d)]
+    assert moves and all(any({a, b} <= group for group in options) for a, b in moves)
+    # operator, function and crossover find nothing to change here: their children were made by another
+    summary = (Path(result["run_dir"]) / "summary.md").read_text()
+    assert re.search(
+        r"found nothing to change in their parent, made by another .*: (crossover|function|operator) \d+",
+        summary,
+    )
 
 
 def prompt_recorder(prompts: list[str], answer):
