@@ -95,16 +95,20 @@ class WeightedAverage:
 
 
 def CFR() -> Algorithm:
-    return Algorithm("cfr", SumRegret, RegretMatching, lambda: WeightedAverage(0.0))
+    return Algorithm("cfr", SumRegret, RegretMatching, lambda: WeightedAverage(0.0), per_infoset=True)
 
 
 def CFRPlus() -> Algorithm:
-    return Algorithm("cfr+", PlusRegret, RegretMatching, lambda: WeightedAverage(1.0))
+    return Algorithm("cfr+", PlusRegret, RegretMatching, lambda: WeightedAverage(1.0), per_infoset=True)
 
 
 def DCFR(alpha: Any = 1.5, beta: Any = 0.0, gamma: Any = 2.0, name: str = "dcfr") -> Algorithm:
     return Algorithm(
-        name, lambda: DiscountedRegret(alpha, beta), RegretMatching, lambda: WeightedAverage(gamma)
+        name,
+        lambda: DiscountedRegret(alpha, beta),
+        RegretMatching,
+        lambda: WeightedAverage(gamma),
+        per_infoset=True,
     )
 
 

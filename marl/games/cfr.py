@@ -22,7 +22,10 @@ three hooks of one player).
 Update schedule: with ``alternating=True`` (the default, as OpenSpiel's
 ``CFRSolver``) iteration ``t`` updates player 0, then player 1 against
 player 0's new policy, and so on; with ``alternating=False`` all players
-update together from the same profile. The iteration number ``t`` starts at 1.
+update together from the same profile; then an algorithm whose hooks treat
+each information set on its own (``Algorithm.per_infoset``: the classic
+variants) runs one set of hooks over all players' information sets at once,
+with the same numbers bit for bit. The iteration number ``t`` starts at 1.
 Plain CFR with these defaults reproduces OpenSpiel's ``CFRSolver`` number for
 number (Zinkevich et al., 2007).
 """
@@ -37,7 +40,7 @@ import torch
 
 from .algorithms import get_algorithm
 from .evaluate import Exploitability, evaluate
-from .hooks import Algorithm, AverageHook, HookContext, PolicyHook, RegretHook
+from .hooks import Algorithm, AverageHook, HookContext, PolicyHook, RegretHook, legal_weights
 from .tree import GameTree, load_game
 
 # ----------------------------------------------------------------- solver ----
@@ -102,6 +105,25 @@ class CFRSolver:
                     shared={},
                 )
             )
+        # A per-infoset algorithm under simultaneous updates runs one set of hooks over every player's
+        # information sets at once (half the operations on two players; the same numbers).
+        self._shared: PlayerState | None = None
+        A = tree.max_actions
+        slices = tree.infoset_slices
+        contiguous = slices[0].start == 0 and all(a.stop == b.start for a, b in zip(slices, slices[1:]))
+        joint = tree.num_nodes * tree.num_players * batch <= JOINT_MAX
+        if self.algorithm.per_infoset and not self.algorithm.alternating and contiguous and joint:
+            shape = (batch, tree.num_infosets, A)
+            zeros = torch.zeros(shape, dtype=tree.dtype, device=tree.device)
+            self._shared = PlayerState(
+                cum_regret=zeros.clone(),
+                cum_policy=zeros.clone(),
+                regret=self.algorithm.regret(),
+                policy_hook=self.algorithm.policy(),
+                average=self.algorithm.average(),
+                shared={},
+            )
+            self._legal_w = legal_weights(tree.legal_mask, tree.dtype)
         self._table = tree.prob_table(self.policy)  # [R, B], kept in sync
         self._workspace()
         self._plan = [self._make_plan(p) for p in range(tree.num_players)]
@@ -131,7 +153,7 @@ class CFRSolver:
                 return idx
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
 
-        def flat(idx, k):  # always 1-D: CPU index_add_ on rows goes through a slow scatter
+        def flat(idx, k):  # always 1-D: sums go through scatter_add_ (half index_add_'s time on the CPU)
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
 
         def shaped(buf, n, k):  # a buffer viewed as n rows of k values
@@ -180,6 +202,7 @@ class CFRSolver:
             "n_is": sl.stop - sl.start,
             "g": tuple(shaped(ws[k], E, B) for k in ("g1", "g2", "g3")),
             "legal": tree.legal_mask[sl],
+            "legal_w": legal_weights(tree.legal_mask[sl], tree.dtype),
             "num_actions": tree.num_actions[sl],
             "policy_view": self.policy[:, sl],
             "table_view": table[sl.start * A : sl.stop * A],
@@ -235,7 +258,7 @@ class CFRSolver:
         vflat.copy_(plan["util_b"])
         for idx1, v_level, pe_level, tmp_level, tmp_src in plan["backward"]:
             torch.mul(v_level, pe_level, out=tmp_level)
-            vflat.index_add_(0, idx1, tmp_src)
+            vflat.scatter_add_(0, idx1, tmp_src)
         g1, g2, g3 = plan["g"]
         torch.index_select(v_rows, 0, plan["v_edges"], out=g2)
         torch.index_select(v_rows, 0, plan["v_par"], out=g3)
@@ -243,9 +266,9 @@ class CFRSolver:
         g2.sub_(g3).mul_(g1)
         dt, dv = self._table.dtype, self._table.device
         inst = torch.zeros(n_is * A * B, dtype=dt, device=dv)
-        inst.index_add_(0, plan["inst"], g2.reshape(-1))
+        inst.scatter_add_(0, plan["inst"], g2.reshape(-1))
         sums = torch.zeros(n_is * 2 * B, dtype=dt, device=dv)
-        sums.index_add_(0, plan["sums"], torch.index_select(r_rows, 0, plan["r_nodes"]).reshape(-1))
+        sums.scatter_add_(0, plan["sums"], torch.index_select(r_rows, 0, plan["r_nodes"]).reshape(-1))
         inst = inst.view(n_is * A, B).T.reshape(B, n_is, A)
         sums = sums.view(n_is, 2, B).permute(1, 2, 0)  # [2, B, I_p]
         return inst, sums[0], sums[1]
@@ -363,7 +386,7 @@ class CFRSolver:
         vflat.copy_(plan["util"])
         for idx, v_level, pe_level, tmp_level, tmp_src in plan["backward"]:
             torch.mul(v_level, pe_level, out=tmp_level)
-            vflat.index_add_(0, idx, tmp_src)
+            vflat.scatter_add_(0, idx, tmp_src)
         g1, g2, g3 = plan["g"]
         v_rows = plan["v_rows"]
         torch.index_select(v_rows, 0, plan["v_edges"], out=g2)
@@ -372,9 +395,11 @@ class CFRSolver:
         g2.sub_(g3).mul_(g1)
         dt, dv = self._table.dtype, self._table.device
         inst = torch.zeros(n_is * A * B, dtype=dt, device=dv)
-        inst.index_add_(0, plan["inst"], g2.reshape(-1))
+        inst.scatter_add_(0, plan["inst"], g2.reshape(-1))
         sums = torch.zeros(n_is * 2 * B, dtype=dt, device=dv)
-        sums.index_add_(0, plan["sums"], torch.index_select(plan["r_pairs"], 0, plan["r_nodes"]).reshape(-1))
+        sums.scatter_add_(
+            0, plan["sums"], torch.index_select(plan["r_pairs"], 0, plan["r_nodes"]).reshape(-1)
+        )
         inst = inst.view(n_is * A, B).T.reshape(B, n_is, A)
         sums = sums.view(n_is, 2, B).permute(1, 2, 0)  # [2, B, I]
         return inst, sums[0], sums[1]
@@ -393,9 +418,33 @@ class CFRSolver:
         )
         st.cum_policy = st.average.update(st.cum_policy, old_policy, reach, cf_reach, ctx)
         st.cum_regret = st.regret.update(st.cum_regret, inst, ctx)
-        new_pol = st.policy_hook.update(st.cum_regret, old_policy, ctx) * ctx.legal
+        new_pol = st.policy_hook.update(st.cum_regret, old_policy, ctx) * plan["legal_w"]
         plan["policy_view"].copy_(new_pol)
         plan["table_view"].copy_(new_pol.reshape(self.batch, -1).T)
+
+    def _apply_all(self, inst, reach, cf_reach, old_policy) -> None:
+        """:meth:`_apply` of every player at once, through the shared hooks of a per-infoset algorithm."""
+        tree = self.tree
+        st = self._shared
+        assert st is not None
+        ctx = HookContext(
+            player=-1,
+            iteration=self.iteration,
+            legal=tree.legal_mask,
+            num_actions=tree.num_actions,
+            inst_regret=inst,
+            batch=self.batch,
+            shared=st.shared,
+        )
+        st.cum_policy = st.average.update(st.cum_policy, old_policy, reach, cf_reach, ctx)
+        st.cum_regret = st.regret.update(st.cum_regret, inst, ctx)
+        new_pol = st.policy_hook.update(st.cum_regret, old_policy, ctx) * self._legal_w
+        self.policy.copy_(new_pol)
+        self._table[: tree.num_infosets * tree.max_actions].copy_(new_pol.reshape(self.batch, -1).T)
+        for p, player in enumerate(self.players):  # each player's state, as views of the shared one
+            sl = tree.infoset_slices[p]
+            player.cum_policy = st.cum_policy[:, sl]
+            player.cum_regret = st.cum_regret[:, sl]
 
     # --------------------------------------------------------------- public
     def step(self) -> None:
@@ -419,6 +468,9 @@ class CFRSolver:
         elif tree.num_nodes * tree.num_players * self.batch <= JOINT_MAX:
             inst, reach, cf_reach = self._joint_quantities()
             old = self.policy.clone()
+            if self._shared is not None:
+                self._apply_all(inst, reach, cf_reach, old)
+                return
             for p in range(tree.num_players):
                 sl = tree.infoset_slices[p]
                 self._apply(p, inst[:, sl], reach[:, sl], cf_reach[:, sl], old[:, sl])

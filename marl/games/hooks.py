@@ -19,7 +19,7 @@ import torch
 class HookContext:
     """What a hook may read about the player it updates."""
 
-    player: int
+    player: int  # -1: all players at once (a per_infoset algorithm under simultaneous updates)
     iteration: int
     legal: torch.Tensor  # [I_p, A] bool
     num_actions: torch.Tensor  # [I_p]
@@ -64,9 +64,13 @@ class Algorithm:
     policy: Callable[[], PolicyHook]
     average: Callable[[], AverageHook]
     alternating: bool = True
+    # The hooks treat every information set on its own (no reduction across information sets, nothing
+    # that depends on ctx.player): with simultaneous updates the solver may then run one set of hooks
+    # over all players' information sets at once (ctx.player is -1), bitwise the same numbers.
+    per_infoset: bool = False
 
     def with_schedule(self, alternating: bool) -> Algorithm:
-        return Algorithm(self.name, self.regret, self.policy, self.average, alternating)
+        return Algorithm(self.name, self.regret, self.policy, self.average, alternating, self.per_infoset)
 
 
 def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
@@ -83,24 +87,48 @@ def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
     return t.view(-1, *([1] * (ref.dim() - 1)))
 
 
-_UNIFORM: dict = {}
+_MASKS: dict = {}
+# Rows of at most this many actions are summed by slices in regret matching.
+_SHORT_ROW = 4
+
+
+def _mask_constants(legal: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mask, uniform)`` of a legal mask in ``dtype``: the mask as numbers and the uniform policy over its
+    legal slots (cached per mask)."""
+    key = (id(legal), dtype)
+    hit = _MASKS.get(key)
+    if hit is None or hit[0] is not legal:
+        if len(_MASKS) > 256:
+            _MASKS.clear()
+        mask = legal.to(dtype)
+        uniform = mask / legal.sum(-1, keepdim=True).to(dtype)
+        hit = (legal, (mask, uniform))
+        _MASKS[key] = hit
+    return hit[1]
 
 
 def uniform_over(legal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The uniform policy over the legal slots of ``legal`` (cached per mask)."""
-    key = (id(legal), dtype)
-    hit = _UNIFORM.get(key)
-    if hit is None or hit[0] is not legal:
-        if len(_UNIFORM) > 256:
-            _UNIFORM.clear()
-        hit = (legal, legal.to(dtype) / legal.sum(-1, keepdim=True).to(dtype))
-        _UNIFORM[key] = hit
-    return hit[1]
+    return _mask_constants(legal, dtype)[1]
+
+
+def legal_weights(legal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``legal`` as 0/1 numbers of ``dtype`` (cached per mask): multiplying by it skips a conversion."""
+    return _mask_constants(legal, dtype)[0]
 
 
 def regret_matching(cum_regret: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
     """Regret matching: positive regrets normalised; uniform where none is positive."""
-    pos = cum_regret.clamp(min=0).mul_(legal)
-    s = pos.sum(-1, keepdim=True)
+    mask, uniform = _mask_constants(legal, cum_regret.dtype)
+    pos = cum_regret.clamp(min=0).mul_(mask)
+    actions = pos.shape[-1]
+    if 2 <= actions <= _SHORT_ROW:
+        # A reduction over a short last axis costs several times more than these adds, which sum in
+        # the same order (bitwise the same totals).
+        s = pos[..., 0:1] + pos[..., 1:2]
+        for a in range(2, actions):
+            s += pos[..., a : a + 1]
+    else:
+        s = pos.sum(-1, keepdim=True)
     # where s == 0 the quotient is NaN, and the uniform branch is taken instead
-    return torch.where(s > 0, pos / s, uniform_over(legal, cum_regret.dtype))
+    return torch.where(s > 0, pos / s, uniform)

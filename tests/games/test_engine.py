@@ -4,6 +4,7 @@ CFR-family average policies, Kuhn's game value, batching and the tree cache."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pyspiel
@@ -24,7 +25,7 @@ from societas.marl.games import (
     policy_value,
 )
 from societas.marl.games import cfr as cfr_module
-from societas.marl.games.algorithms import DCFR
+from societas.marl.games.algorithms import DCFR, get_algorithm
 from societas.marl.games.tree import build_arrays, expand_game_tree
 
 GAMES = [
@@ -181,6 +182,45 @@ def test_simultaneous_updates_match_openspiel():
     for _ in range(50):
         alt.step()
     assert (alt.average_policy() - ours.average_policy()).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["cfr", "cfr+", "dcfr"])
+def test_shared_hooks_of_a_per_infoset_algorithm_give_bitwise_the_per_player_numbers(name):
+    """Simultaneous updates of a per-infoset algorithm run one set of hooks over all information sets."""
+    tree = load_game("leduc_poker", "cpu")
+    algo = get_algorithm(name)
+    assert algo.per_infoset
+    shared = CFRSolver(tree, algo, alternating=False, batch=2, device="cpu")
+    separate = CFRSolver(tree, replace(algo, per_infoset=False), alternating=False, batch=2, device="cpu")
+    assert shared._shared is not None and separate._shared is None
+    for _ in range(30):
+        shared.step()
+        separate.step()
+    assert torch.equal(shared.average_policy(), separate.average_policy())
+    assert torch.equal(shared.current_policy(), separate.current_policy())
+    for a, b in zip(shared.players, separate.players):
+        assert torch.equal(a.cum_regret, b.cum_regret) and torch.equal(a.cum_policy, b.cum_policy)
+    seen = []
+
+    class Spy(type(shared._shared.regret)):
+        def update(self, cum_regret, inst_regret, ctx):
+            seen.append((ctx.player, tuple(cum_regret.shape)))
+            return super().update(cum_regret, inst_regret, ctx)
+
+    spied = CFRSolver(tree, replace(algo, regret=Spy), alternating=False, device="cpu")
+    spied.step()
+    assert seen == [(-1, (1, tree.num_infosets, tree.max_actions))]
+
+
+def test_simultaneous_cfr_plus_on_leduc_matches_openspiel():
+    tree = load_game("leduc_poker", "cpu")
+    game = load_openspiel_game("leduc_poker")
+    ours = CFRSolver(tree, "cfr+", alternating=False, device="cpu")
+    ref = os_cfr._CFRSolver(game, regret_matching_plus=True, alternating_updates=False, linear_averaging=True)
+    for _ in range(25):
+        ours.step()
+        ref.evaluate_and_update_policy()
+    assert (ours.average_policy() - _os_average(tree, ref)).abs().max().item() < 1e-9
 
 
 def test_kuhn_game_value_is_minus_one_eighteenth():
