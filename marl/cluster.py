@@ -29,7 +29,7 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 def import_ray(needed_for: str) -> Any:
     """The ``ray`` module, or ImportError saying what needs it and how to install it."""
     try:
-        import ray  # noqa: PLC0415
+        import ray
     except ImportError as exc:
         raise ImportError(
             f"{needed_for} needs Ray, which is not installed; install the 'ray' extra: pip install 'societas[ray]'"

@@ -95,7 +95,7 @@ _SKIPPED_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb
 def _import_vllm() -> Any:
     """Import vllm, turning its absence into an actionable error."""
     try:
-        import vllm  # noqa: PLC0415
+        import vllm
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == "vllm":
             raise ImportError(VLLM_MISSING_MESSAGE) from e
@@ -166,7 +166,7 @@ class WeightSyncExtension:
         arrive; a tied ``lm_head`` has none, so on the CPU it would keep the
         oneDNN-packed copy of the *old* embedding and score tokens with it.
         """
-        from vllm.config import set_current_vllm_config  # noqa: PLC0415
+        from vllm.config import set_current_vllm_config
 
         model = self.get_model()  # type: ignore[attr-defined]
         owners: dict[int, list[Any]] = {}
@@ -314,7 +314,7 @@ class VLLMLLM:
                 "VLLMLLM installs its own worker_extension_cls (weight sync); it cannot take another one"
             )
         vllm = _import_vllm()
-        from vllm.platforms import current_platform  # noqa: PLC0415
+        from vllm.platforms import current_platform
 
         self._vllm = vllm
         self.on_cpu = bool(current_platform.is_cpu())
@@ -376,7 +376,7 @@ class VLLMLLM:
         if name is None:
             self.tool_parser, self._tool_parser_cls = None, None
             return
-        from vllm.tool_parsers import ToolParserManager  # noqa: PLC0415
+        from vllm.tool_parsers import ToolParserManager
 
         known = sorted(ToolParserManager.list_registered())
         if name not in known:
@@ -431,7 +431,7 @@ class VLLMLLM:
 
     def parse_tool_output(self, text: str, tools: Sequence[Any]) -> tuple[str, list[ToolCall], list[str]]:
         """``(content, calls, errors)`` read from a generated ``text`` by the vLLM tool parser."""
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: PLC0415
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         if self._tool_parser_cls is None:
             raise ValueError("this VLLMLLM has no tool_parser")
@@ -529,7 +529,7 @@ class VLLMLLM:
         plist = fit_to_max_model_len(
             ids, plist, self.max_model_len, model=self.name, warned=self._warned_context
         )
-        from vllm.inputs import TokensPrompt  # noqa: PLC0415
+        from vllm.inputs import TokensPrompt
 
         self.calls += 1
         t0 = time.perf_counter()

@@ -56,7 +56,7 @@ class RolloutWorker:
         self, episodes: Sequence[Episode], train: bool, weights: Mapping[str, Any] | None
     ) -> list[EpisodeResult]:
         if weights:
-            import ray  # noqa: PLC0415
+            import ray
 
             names = list(weights)
             for name, sd in zip(names, ray.get([weights[n] for n in names])):

@@ -194,7 +194,7 @@ class PolicyTrainer:
         self.ref_model = ref_model
         if self.config.lora is not None:
             try:
-                import peft  # noqa: PLC0415
+                import peft
             except ImportError as e:
                 raise ImportError(
                     "GRPOConfig.lora needs the 'peft' package, which is not installed (pip install peft); "
@@ -518,7 +518,7 @@ class PolicyTrainer:
 
     def _weights_state(self) -> dict[str, torch.Tensor]:
         if self.config.lora is not None:
-            import peft  # noqa: PLC0415
+            import peft
 
             return peft.get_peft_model_state_dict(self.model)
         if self.fsdp:  # gathered whole on rank 0 (a collective: every rank calls it)
@@ -638,7 +638,7 @@ class PolicyTrainer:
         version = root / latest.read_text().strip()
         state = torch.load(version / "trainer.pt", map_location="cpu", weights_only=False)
         if self.config.lora is not None:
-            import peft  # noqa: PLC0415
+            import peft
 
             peft.set_peft_model_state_dict(self.model, state["weights"])
         elif self.fsdp:  # every rank reads the whole file and keeps its shard
