@@ -90,39 +90,15 @@ class CFRSolver:
         self.iteration = 0
         tree = self.tree
         self.policy = tree.uniform_policy(batch)  # current policy [B, I, A]
-        self.players: list[PlayerState] = []
-        for p in range(tree.num_players):
-            sl = tree.infoset_slices[p]
-            shape = (batch, sl.stop - sl.start, tree.max_actions)
-            zeros = torch.zeros(shape, dtype=tree.dtype, device=tree.device)
-            self.players.append(
-                PlayerState(
-                    cum_regret=zeros.clone(),
-                    cum_policy=zeros.clone(),
-                    regret=self.algorithm.regret(),
-                    policy_hook=self.algorithm.policy(),
-                    average=self.algorithm.average(),
-                    shared={},
-                )
-            )
+        self.players = [self._fresh_state(sl.stop - sl.start) for sl in tree.infoset_slices]
         # A per-infoset algorithm under simultaneous updates runs one set of hooks over every player's
         # information sets at once (half the operations on two players; the same numbers).
         self._shared: PlayerState | None = None
-        A = tree.max_actions
         slices = tree.infoset_slices
         contiguous = slices[0].start == 0 and all(a.stop == b.start for a, b in zip(slices, slices[1:]))
         joint = tree.num_nodes * tree.num_players * batch <= JOINT_MAX
         if self.algorithm.per_infoset and not self.algorithm.alternating and contiguous and joint:
-            shape = (batch, tree.num_infosets, A)
-            zeros = torch.zeros(shape, dtype=tree.dtype, device=tree.device)
-            self._shared = PlayerState(
-                cum_regret=zeros.clone(),
-                cum_policy=zeros.clone(),
-                regret=self.algorithm.regret(),
-                policy_hook=self.algorithm.policy(),
-                average=self.algorithm.average(),
-                shared={},
-            )
+            self._shared = self._fresh_state(tree.num_infosets)
             self._legal_w = legal_weights(tree.legal_mask, tree.dtype)
         self._table = tree.prob_table(self.policy)  # [R, B], kept in sync
         self._workspace()
@@ -130,6 +106,19 @@ class CFRSolver:
         self._joint: dict | None = None  # built on the first simultaneous step
 
     # ------------------------------------------------------------ internals
+    def _fresh_state(self, infosets: int) -> PlayerState:
+        """Zero cumulative regrets and policies over ``infosets`` information sets, and new hooks."""
+        tree = self.tree
+        zeros = torch.zeros((self.batch, infosets, tree.max_actions), dtype=tree.dtype, device=tree.device)
+        return PlayerState(
+            cum_regret=zeros.clone(),
+            cum_policy=zeros.clone(),
+            regret=self.algorithm.regret(),
+            policy_hook=self.algorithm.policy(),
+            average=self.algorithm.average(),
+            shared={},
+        )
+
     def _make_plan(self, p: int) -> dict:
         """Index tensors and pre-sliced workspace views for player p's sweeps.
 
@@ -335,9 +324,8 @@ class CFRSolver:
         def shaped(buf, n, k):
             return buf[: n * k].view(n, k) if wide else buf[: n * k]
 
-        inner, compact, levels = self._inner()  # reach is kept at the inner nodes only
+        inner, position, levels = self._inner()  # reach is kept at the inner nodes only
         M = inner.numel()
-        widest_inner = max((b - a for a, b, _ in levels), default=1)
         widest = max((hi - lo for lo, hi in tree.level_bounds), default=1)
         edges = [tree.player_edges[p] for p in range(N)]
         E = sum(e.numel() for e in edges)
@@ -345,7 +333,7 @@ class CFRSolver:
             "r": torch.empty(M * N * 2 * B, dtype=dt, device=dev),  # [M, N, 2, B]: (own, others') reach
             "pe": torch.empty(H * B, dtype=dt, device=dev),
             "v": torch.empty(H * N * B, dtype=dt, device=dev),  # [H, N, B]
-            "tmp": torch.empty(max(widest, widest_inner) * N * 2 * B, dtype=dt, device=dev),
+            "tmp": torch.empty(widest * N * 2 * B, dtype=dt, device=dev),  # inner levels are narrower
             "g1": torch.empty(E * B, dtype=dt, device=dev),
             "g2": torch.empty(E * B, dtype=dt, device=dev),
             "g3": torch.empty(E * B, dtype=dt, device=dev),
@@ -356,9 +344,9 @@ class CFRSolver:
         tmp = ws["tmp"]
         K = N * 2 * B
         forward, backward = [], []
-        for a, b, cparent in levels:
+        for a, b, parents in levels:
             n = b - a
-            forward.append((rows(cparent, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, N, 2, B)))
+            forward.append((rows(parents, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, N, 2, B)))
         for d in range(1, len(tree.level_bounds)):
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
@@ -373,20 +361,16 @@ class CFRSolver:
                 )
             )
         backward.reverse()
-        split = torch.stack([tree.split_src[p].view(H, 2) for p in range(N)], 1)[inner].reshape(
-            -1
-        )  # [M, N, 2]
+        split = torch.stack([tree.split_src[p].view(H, 2) for p in range(N)], 1)[inner]  # [M, N, 2]
+        split = split.reshape(-1)
         util = tree.node_utility.unsqueeze(-1).expand(H, N, B).reshape(-1).clone()
         # per player's decision edges, concatenated player after player
         own_e = torch.cat([e * N + p for p, e in enumerate(edges)])  # rows of v viewed [H * N, B]
         own_par = torch.cat([tree.parent[e] * N + p for p, e in enumerate(edges)])
-        cf_par = (
-            torch.cat([compact[tree.parent[e]] * N + p for p, e in enumerate(edges)]) * 2 + 1
-        )  # r [M*N*2, B]
+        # others' reach at the parent: rows of r viewed [M * N * 2, B]
+        cf_par = torch.cat([position[tree.parent[e]] * N + p for p, e in enumerate(edges)]) * 2 + 1
         nodes = [tree.player_nodes[p] for p in range(N)]
-        r_nodes = torch.cat(
-            [compact[nd] * N + p for p, nd in enumerate(nodes)]
-        )  # rows of r viewed [M * N, 2B]
+        r_nodes = torch.cat([position[nd] * N + p for p, nd in enumerate(nodes)])  # rows of r as [M * N, 2B]
         return {
             "ws": ws,
             "table_src": self._table if wide else self._table.view(-1),
