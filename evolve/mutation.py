@@ -515,14 +515,7 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
     """Perturb 1..max_constants literals inside the evolve blocks: numbers, and strings with named alternatives."""
     mc = config.mutation
     src = _Source(code)
-    numbers: list[Any] = [
-        n
-        for n in src.nodes(ast.Constant)
-        if isinstance(n.value, (int, float))
-        and not isinstance(n.value, bool)
-        and math.isfinite(n.value)
-        and (mc.perturb_ints or isinstance(n.value, float))
-    ]
+    numbers = numeric_sites(code, config, src)
     choices = choice_sites(code, src)
     sites: list[Any] = sorted([*numbers, *choices], key=lambda n: src.span(n))
     if not sites:
@@ -536,13 +529,11 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
     for node in chosen:
         old = node.value
         if node in choices:
-            quote = src.code[src.span(node)[0]]
-            new_text = rng.choice(choices[node])
-            text = quote + new_text + quote
-            old_text = quote + old + quote
             start, end = src.span(node)
+            quote = src.code[start]
+            text = quote + rng.choice(choices[node]) + quote
             edits.append((start, end, text))
-            notes.append(f"line {node.lineno}: {old_text} -> {text}")
+            notes.append(f"line {node.lineno}: {src.code[start:end]} -> {text}")
             continue
         if isinstance(old, int):
             if rng.random() < mc.additive_probability or abs(old) < 4:
@@ -627,19 +618,16 @@ def choice_sites(code: str, src: _Source | None = None) -> dict[ast.Constant, li
         quote = text[:1]
         if quote not in ("'", '"') or text.startswith(quote * 3) or text != quote + node.value + quote:
             continue  # prefixed, triple-quoted, escaped or implicitly concatenated: not rewritten
-        options = sorted(
-            {w for g in groups if node.value in g for w in g}
-            - {node.value}
-            - {w for w in (w for g in groups for w in g) if quote in w or "\\" in w or "\n" in w}
-        )
+        named = {w for g in groups if node.value in g for w in g} - {node.value}
+        options = sorted(w for w in named if quote not in w and "\\" not in w and "\n" not in w)
         if options:
             sites[node] = options
     return sites
 
 
-def numeric_sites(code: str, config: EvolveConfig) -> list[ast.Constant]:
+def numeric_sites(code: str, config: EvolveConfig, src: _Source | None = None) -> list[ast.Constant]:
     """The numeric literals inside the evolve blocks an optimiser may move (floats; ints with ``perturb_ints``)."""
-    src = _Source(code)
+    src = src or _Source(code)
     return [
         n
         for n in src.nodes(ast.Constant)
