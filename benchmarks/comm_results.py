@@ -303,6 +303,14 @@ def main(argv: list[str] | None = None) -> dict:
             f"| {r['auc_mean']:.2f} ± {r['auc_std']:.2f} | {delta} | {beats} "
             f"| {r['messages_per_step']:.2f} | {r['wall_s_per_run']:.0f} |"
         )
+    reused = sum(1 for r in results if r.get("reused"))
+    wall_line = f"Total wall time {total_wall / 60:.1f} min. Run directories: `{a.runs_dir}`."
+    if reused:
+        # A reused run was trained earlier: its wall time is in the table, not in this total.
+        wall_line += (
+            f" {reused} of {len(results)} runs were reused from there (finished earlier, not retrained);"
+            " their wall times per run are the ones recorded when they were trained."
+        )
     lines += [
         "",
         "Scripted references (same env, this run): "
@@ -311,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
         "",
         f"Published: {PUBLISHED_NOTE}.",
         "",
-        f"Total wall time {total_wall / 60:.1f} min. Run directories: `{a.runs_dir}`.",
+        wall_line,
         "",
     ]
     (out / "table.md").write_text("\n".join(lines))
@@ -323,6 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "references": refs,
                 "published": PUBLISHED_NOTE,
                 "total_wall_s": total_wall,
+                "reused_runs": reused,
             },
             indent=2,
         )
