@@ -410,6 +410,13 @@ class NoveltyConfig(_Section):
     made reaches ``similarity_threshold``. Children of the ``exact_only``
     operators are checked for exact duplicates only: changing one number is
     what they are for.
+
+    A rejected child of an LLM-free operator (``constant``, ``operator``,
+    ``function``, ``crossover``, ``blocks``) costs nothing to make again: it
+    is drawn again from the same parent, up to ``redraws`` times, so that a
+    duplicate does not use up an iteration. LLM children and CMA-ES samples
+    are not redrawn (the first costs a model call, the second is one sample
+    of a running CMA-ES generation).
     """
 
     enabled: bool = True
@@ -419,6 +426,9 @@ class NoveltyConfig(_Section):
     exact_only: list[str] = Field(
         default_factory=lambda: ["constant", "cmaes"],
         description="mutation kinds checked for exact duplicates only",
+    )
+    redraws: int = Field(
+        3, ge=0, description="times a rejected child of an LLM-free operator is drawn again from its parent"
     )
 
     @field_validator("exact_only")

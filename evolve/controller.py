@@ -82,8 +82,16 @@ from .evaluator import (
     run_evaluation,
 )
 from .executors import Executor, ProcessExecutor
-from .mutation import LLM_KINDS, LLMEnsemble, LLMUnavailable, MutationRequest, MutationResult, Mutator
-from .novelty import NoveltyFilter
+from .mutation import (
+    AST_FALLBACK_KINDS,
+    LLM_KINDS,
+    LLMEnsemble,
+    LLMUnavailable,
+    MutationRequest,
+    MutationResult,
+    Mutator,
+)
+from .novelty import NoveltyFilter, NoveltyVerdict, code_hash
 from .program import Program, fitness_of, program_id
 from .selection import Validator
 from .task import Task, load_seed_programs, load_task
@@ -306,6 +314,7 @@ class Controller:
         # Novelty rejection: the programs made so far (applied in iteration order, so a resume rebuilds it).
         nc = config.novelty
         self.novelty = NoveltyFilter(threshold=nc.similarity_threshold) if nc.enabled else None
+        self._queued: dict[str, int] = {}  # code hash -> iteration of each child sent to evaluation
         # Adaptive choice of operator and model: UCB1 over the arms, updated in iteration order.
         self.bandit: OperatorBandit | None = None
         if config.adaptive.enabled:
@@ -683,14 +692,30 @@ class Controller:
             failed.append(program)
 
         for request, result in zip(requests, results):
+            redrawn: list[str] = []
+            if self.novelty is not None and result.code is not None:
+                verdict = self._novelty_check(request, result)
+                attempt = 0
+                # A duplicate made by an LLM-free operator is drawn again (it costs no model call).
+                while (
+                    not verdict.novel
+                    and request.kind in AST_FALLBACK_KINDS
+                    and attempt < self.config.novelty.redraws
+                ):
+                    attempt += 1
+                    again = self.mutator.redraw(request, attempt)
+                    if again.code is None:
+                        continue
+                    redrawn.append(verdict.reason)
+                    result, verdict = again, self._novelty_check(request, again)
             info = {**result.info, "selection": request.strategy}
+            if redrawn:
+                info["redrawn"] = redrawn
             if result.code is None:
                 failure = {"failure": result.failure or "mutation failed"}
                 unevaluated(request, result, info, request.parent.code, "\0failed", failure)
                 continue
             if self.novelty is not None:
-                exact_only = request.kind in self.config.novelty.exact_only
-                verdict = self.novelty.check(result.code, exact_only=exact_only)
                 if not verdict.novel:
                     # Not evaluated: the database already holds this program (or one nearly the same).
                     info["novelty"] = {
@@ -700,8 +725,27 @@ class Controller:
                     reason = {"failure": f"novelty: {verdict.reason}", "novelty": verdict.reason}
                     unevaluated(request, result, info, result.code, "\0rejected", reason)
                     continue
+            if self.novelty is not None:
+                self._queued.setdefault(code_hash(result.code), request.iteration)
             jobs.append((self._job(result.code, request.iteration), (request, result, info)))
         return failed, jobs
+
+    def _novelty_check(self, request: MutationRequest, result: MutationResult) -> NoveltyVerdict:
+        """The novelty filter's verdict on a made child (exact duplicates only for the ``exact_only`` kinds).
+
+        The filter learns a program once it is evaluated; a child that repeats one queued for evaluation
+        before it (a sibling of its batch, say) is an exact duplicate too.
+        """
+        assert self.novelty is not None and result.code is not None
+        kind = result.info.get("kind", request.kind)
+        verdict = self.novelty.check(result.code, exact_only=kind in self.config.novelty.exact_only)
+        if verdict.novel:
+            queued = self._queued.get(code_hash(result.code))
+            if queued is not None:
+                return NoveltyVerdict(
+                    False, f"exact duplicate of the child of iteration {queued}, queued before it", None, 1.0
+                )
+        return verdict
 
     def _commit_child(
         self,

@@ -28,7 +28,10 @@ to one backend are sent in one ``generate`` call.
   ``x + N(0, sigma)`` (integers move by one or scale and round); a string
   that the evolve block names among alternatives (in one comment, or in one
   list, tuple or set of strings: ``# loader: ['csv_reader', 'json_reader']``)
-  becomes another of them (:func:`choice_sites`);
+  becomes another of them (:func:`choice_sites`). The literals are drawn
+  statement by statement: each statement of the blocks is as likely to be
+  touched as any other, so a lone size or bound is not drowned out by the
+  dozens of numbers of one array literal;
 * ``operator`` — swap one arithmetic operator (``+ - * /``), one comparison
   (``< <= > >=``) or ``min``/``max``;
 * ``function`` — swap a called function for its partner from
@@ -72,7 +75,7 @@ import re
 import textwrap
 import tokenize
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -512,7 +515,10 @@ def _format_number(value: float, is_int: bool) -> str:
 
 
 def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tuple[str, str]:
-    """Perturb 1..max_constants literals inside the evolve blocks: numbers, and strings with named alternatives."""
+    """Perturb 1..max_constants literals inside the evolve blocks: numbers, and strings with named alternatives.
+
+    The literals are drawn without replacement, each statement equally likely (:func:`_balanced_sample`).
+    """
     mc = config.mutation
     src = _Source(code)
     numbers = numeric_sites(code, config, src)
@@ -523,7 +529,8 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
             "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
         )
     chosen = sorted(
-        rng.sample(sites, rng.randint(1, min(mc.max_constants, len(sites)))), key=lambda n: src.span(n)
+        _balanced_sample(sites, rng.randint(1, min(mc.max_constants, len(sites))), src, rng),
+        key=lambda n: src.span(n),
     )
     edits, notes = [], []
     for node in chosen:
@@ -553,6 +560,40 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
         edits.append((start, end, text))
         notes.append(f"line {node.lineno}: {old!r} -> {text}")
     return _edit(code, edits), "; ".join(notes)
+
+
+def _statement_of(src: _Source) -> dict[int, ast.stmt]:
+    """``id(literal) -> the innermost statement holding it``, for every constant of the parse tree."""
+    owner: dict[int, ast.stmt] = {}
+
+    def visit(node: ast.AST, stmt: ast.stmt | None) -> None:
+        if isinstance(node, ast.stmt):
+            stmt = node
+        if isinstance(node, ast.Constant) and stmt is not None:
+            owner[id(node)] = stmt
+        for child in ast.iter_child_nodes(node):
+            visit(child, stmt)
+
+    visit(src.tree, None)
+    return owner
+
+
+def _balanced_sample(sites: list[Any], k: int, src: _Source, rng: random.Random) -> list[Any]:
+    """``k`` distinct sites, each statement of the blocks as likely to be touched as any other.
+
+    A site is weighted by one over the number of sites its statement holds, so
+    a scalar on its own line (a size, a step, a bound) is drawn as often as the
+    whole of a 36-number array literal, not 36 times less often. Sampling
+    without replacement by Efraimidis-Spirakis keys ``u ** (1 / w)``.
+    """
+    owner = _statement_of(src)
+    count: dict[int, int] = {}
+    for site in sites:
+        key = id(owner.get(id(site), site))
+        count[key] = count.get(key, 0) + 1
+    keyed = [(rng.random() ** count[id(owner.get(id(site), site))], i, site) for i, site in enumerate(sites)]
+    keyed.sort(key=lambda t: (-t[0], t[1]))
+    return [site for _, _, site in keyed[:k]]
 
 
 # A quoted word in a comment: 'csv_reader' or "csv_reader" (no quotes, backslashes or spaces inside).
@@ -1146,6 +1187,14 @@ class Mutator:
             for index, result in zip(indices, made):
                 results[index] = result
         return [r for r in results if r is not None]
+
+    def redraw(self, request: MutationRequest, attempt: int) -> MutationResult:
+        """Another child for the LLM-free ``request`` (its ``attempt``-th redraw, ``attempt >= 1``), after the
+        novelty filter rejected the one before: the same plan from a seed derived from the request's."""
+        if request.kind not in AST_FALLBACK_KINDS:
+            raise ValueError(f"only the LLM-free operators {AST_FALLBACK_KINDS} redraw, not {request.kind!r}")
+        seed = random.Random(f"{request.seed}:redraw:{attempt}").getrandbits(63)
+        return self._ast(replace(request, seed=seed))
 
     def _ast(self, request: MutationRequest) -> MutationResult:
         """A child by the request's LLM-free operator; where that operator finds nothing to change in this

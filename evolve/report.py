@@ -518,17 +518,24 @@ def write_report(
             + ", ".join(f"{kind} {n}" for kind, n in sorted(handed.items()))
             + ".",
         ]
-    if rejected:
+    redrawn = [reason for p in programs for reason in p.mutation.get("redrawn", [])]
+    summary["novelty_redrawn"] = len(redrawn)
+    if rejected or redrawn:
         exact = sum(p.artifacts["novelty"].startswith("exact") for p in rejected)
-        lines += [
-            "",
-            "## Novelty rejection",
-            "",
-            f"{len(rejected)} children were not evaluated because the database already held them: {exact} "
-            f"exact duplicates (the same code once comments and formatting are set aside) and "
-            f"{len(rejected) - exact} near duplicates (token-set similarity at least "
-            f"{config.novelty.similarity_threshold:g}).",
-        ]
+        lines += ["", "## Novelty rejection", ""]
+        if rejected:
+            lines.append(
+                f"{len(rejected)} children were not evaluated because the database already held them: "
+                f"{exact} exact duplicates (the same code once comments and formatting are set aside) and "
+                f"{len(rejected) - exact} near duplicates (token-set similarity at least "
+                f"{config.novelty.similarity_threshold:g})."
+            )
+        if redrawn:
+            lines.append(
+                f"{len(redrawn)} duplicates made by LLM-free operators were drawn again from the same parent "
+                f"(up to {config.novelty.redraws} times a child) instead of using up an iteration; "
+                f"{sum(r.startswith('exact') for r in redrawn)} of them were exact duplicates."
+            )
     if adaptive:
         plot_adaptive(adaptive, run_dir / "plots" / "adaptive.png")
         final = adaptive[-1][1]

@@ -305,3 +305,32 @@ def test_ensemble_choice_follows_weights():
     assert 850 < picks.count(0) < 950
     with pytest.raises(ValueError, match="weight"):
         LLMEnsemble([(FunctionLLM(lambda m: ""), 0.0)])
+
+
+def test_a_redraw_is_a_fresh_reproducible_child_of_the_same_plan():
+    mutator = Mutator(CFG, None)
+    request = MutationRequest(1, "constant", _parent(), [], seed=5)
+    [first] = mutator.make([request])
+    redraws = [mutator.redraw(request, attempt) for attempt in (1, 2, 3)]
+    assert all(r.code is not None and r.info["kind"] == "constant" for r in redraws)
+    # each attempt has its own seed: not the first child again, and not one another
+    assert len({first.code, *(r.code for r in redraws)}) == 4
+    assert mutator.redraw(request, 2).code == redraws[1].code
+    with pytest.raises(ValueError, match="only the LLM-free operators"):
+        mutator.redraw(MutationRequest(1, "llm", _parent(), [], seed=5), 1)
+
+
+def test_constant_sites_are_drawn_statement_by_statement():
+    """A lone scalar is touched as often as a whole array literal of many numbers (one statement
+    each), where a uniform draw over the literals would touch it once in 21."""
+    code = (
+        "# EVOLVE-BLOCK-START\n"
+        "def build():\n"
+        "    table = [" + ", ".join(f"{i}.5" for i in range(20)) + "]\n"
+        "    side = 8.0\n"
+        "    return table, side\n"
+        "# EVOLVE-BLOCK-END\n"
+    )
+    cfg = parse_config({"mutation": {"max_constants": 1}})
+    hits = sum("8.0 ->" in perturb_constants(code, random.Random(seed), cfg)[1] for seed in range(400))
+    assert 160 <= hits <= 240  # one in two, within about 4 standard deviations (sd = 10)
