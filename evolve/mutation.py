@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import difflib
 import hashlib
 import io
 import logging
@@ -850,6 +851,68 @@ def _units(src: _Source) -> dict[str, tuple[int, int, str]]:
     return found
 
 
+def _body_statements(src: _Source, name: str) -> tuple[list[ast.stmt], str]:
+    """The body of top-level unit ``name`` as whole-line statements, and the body's indentation."""
+    unit = next(
+        c
+        for c in src.tree.body
+        if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == name
+    )
+    body = unit.body
+    lines = [(min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", [])]), _end(s)[0]) for s in body]
+    header_end = min(first for first, _ in lines)
+    if header_end <= unit.lineno or any(a[1] >= b[0] for a, b in zip(lines, lines[1:])):
+        raise NotApplicable(f"`{name}` has statements sharing a line; its statements cannot be recombined")
+    first_line = src.lines[lines[0][0] - 1]
+    return body, first_line[: len(first_line) - len(first_line.lstrip())]
+
+
+def _statement_crossover(code: str, donor: str, name: str, rng: random.Random) -> tuple[str, str]:
+    """Recombine the statements of unit ``name``, the one unit in which the two parents differ.
+
+    The two bodies are aligned statement by statement (``difflib`` on their
+    syntax trees); each stretch where they differ comes from the donor with
+    chance 1/2, at least one from each parent. Parents that differ in one
+    stretch only have no child that is neither of them.
+    """
+    mine_src, theirs_src = _Source(code), _Source(donor)
+    mine, indent = _body_statements(mine_src, name)
+    theirs, _ = _body_statements(theirs_src, name)
+    matcher = difflib.SequenceMatcher(
+        None, [ast.dump(s) for s in mine], [ast.dump(s) for s in theirs], autojunk=False
+    )
+    hunks = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    if len(hunks) < 2:
+        raise NotApplicable(
+            f"the two parents differ in one stretch of `{name}` only: the child would be one of them"
+        )
+    taken = [h for h in hunks if rng.random() < 0.5]
+    if not taken:
+        taken = [rng.choice(hunks)]
+    elif len(taken) == len(hunks):
+        taken.remove(rng.choice(taken))
+
+    def first(stmt: ast.stmt) -> int:
+        return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+
+    edits, notes = [], []
+    for _, i1, i2, j1, j2 in taken:
+        text = ""
+        if j1 < j2:
+            block = "".join(theirs_src.lines[first(theirs[j1]) - 1 : _end(theirs[j2 - 1])[0]])
+            text = textwrap.indent(textwrap.dedent(block), indent)
+            if not text.endswith("\n"):
+                text += "\n"
+        if i1 < i2:
+            start, end = mine_src.starts[first(mine[i1]) - 1], mine_src.starts[_end(mine[i2 - 1])[0]]
+        else:  # an insertion: before my statement i1, or after my last one
+            at = mine_src.starts[first(mine[i1]) - 1] if i1 < len(mine) else mine_src.starts[_end(mine[-1])[0]]
+            start = end = at
+        edits.append((start, end, text))
+        notes.append(f"statements {i1 + 1}-{i2} -> second parent's {j1 + 1}-{j2}")
+    return _edit(code, edits), f"in {name}: " + "; ".join(notes)
+
+
 def crossover(
     code: str, donor: str, rng: random.Random, config: EvolveConfig | None = None
 ) -> tuple[str, str]:
@@ -857,7 +920,8 @@ def crossover(
 
     At least one unit comes from the donor and, when several differ, at least
     one stays the parent's (otherwise the child would be the donor's evolve
-    code). Units are matched by name.
+    code). Units are matched by name. When only one unit differs, its
+    statements are recombined instead (:func:`_statement_crossover`).
     """
     mine, theirs = _units(_Source(code)), _units(_Source(donor))
     differing = sorted(
@@ -868,6 +932,9 @@ def crossover(
     )
     if not differing:
         raise NotApplicable("the two parents share no differing class or function inside their evolve blocks")
+    if len(differing) == 1:
+        # Taking the one differing unit whole would make the second parent again: recombine its statements.
+        return _statement_crossover(code, donor, differing[0], rng)
     taken = [name for name in differing if rng.random() < 0.5]
     if not taken:
         taken = [rng.choice(differing)]

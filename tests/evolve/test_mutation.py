@@ -14,6 +14,7 @@ from societas.evolve.mutation import (
     MutationError,
     MutationRequest,
     Mutator,
+    NotApplicable,
     apply_diff,
     apply_llm_answer,
     build_prompt,
@@ -199,14 +200,29 @@ def test_function_swap_uses_configured_pairs():
         swap_function("# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n", random.Random(0), CFG)
 
 
-def test_crossover_takes_a_whole_hook_from_the_other_parent():
-    donor = CODE.replace("        return r * 2.0", "        return r.clamp(min=0)")
-    child, note = crossover(CODE, donor, random.Random(0))
-    assert note == "Hook from the second parent"
-    assert "return r.clamp(min=0)" in child and "return torch.relu" in child
-    _blocks_only_changed(child)
+def test_crossover_of_parents_differing_in_one_hook_recombines_its_statements():
+    """Taking the one differing hook whole would make the second parent again: its statements are
+    recombined instead, one differing stretch from each parent, and parents differing in one stretch
+    only have no such child."""
+    one = CODE.replace("        return r * 2.0", "        return r.clamp(min=0)")
+    with pytest.raises(NotApplicable, match="differ in one stretch of `Hook` only"):
+        crossover(CODE, one, random.Random(0))
     with pytest.raises(MutationError, match="share no differing class or function"):
         crossover(CODE, CODE, random.Random(0))
+    donor = CODE.replace("z = x * 0.5 + y - 2", "z = x * 0.25 + y").replace(
+        "    return torch.relu(torch.tensor(z))", "    z = z + 1\n    return torch.abs(torch.tensor(z))"
+    )
+    seen = set()
+    for seed in range(30):
+        child, note = crossover(CODE, donor, random.Random(seed))
+        _blocks_only_changed(child)
+        assert child not in (CODE, donor) and note.startswith("in step: ")
+        first, last = "x * 0.25 + y" in child, "torch.abs(torch.tensor(z))" in child
+        assert first != last  # one stretch from each parent
+        assert ("z = z + 1" in child) == last and ("x * 0.5 + y - 2" in child) == (not first)
+        compile(child, "child", "exec")
+        seen.add(first)
+    assert seen == {True, False}
 
 
 def test_crossover_recombines_several_hooks_but_never_copies_the_donor_whole():
