@@ -859,7 +859,9 @@ def _body_statements(src: _Source, name: str) -> tuple[list[ast.stmt], str]:
         if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == name
     )
     body = unit.body
-    lines = [(min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", [])]), _end(s)[0]) for s in body]
+    lines = [
+        (min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", [])]), _end(s)[0]) for s in body
+    ]
     header_end = min(first for first, _ in lines)
     if header_end <= unit.lineno or any(a[1] >= b[0] for a, b in zip(lines, lines[1:])):
         raise NotApplicable(f"`{name}` has statements sharing a line; its statements cannot be recombined")
@@ -906,7 +908,9 @@ def _statement_crossover(code: str, donor: str, name: str, rng: random.Random) -
         if i1 < i2:
             start, end = mine_src.starts[first(mine[i1]) - 1], mine_src.starts[_end(mine[i2 - 1])[0]]
         else:  # an insertion: before my statement i1, or after my last one
-            at = mine_src.starts[first(mine[i1]) - 1] if i1 < len(mine) else mine_src.starts[_end(mine[-1])[0]]
+            at = (
+                mine_src.starts[first(mine[i1]) - 1] if i1 < len(mine) else mine_src.starts[_end(mine[-1])[0]]
+            )
             start = end = at
         edits.append((start, end, text))
         notes.append(f"statements {i1 + 1}-{i2} -> second parent's {j1 + 1}-{j2}")
