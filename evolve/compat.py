@@ -189,8 +189,9 @@ _NOVELTY_KEYS: dict[str, str | None] = {
     "similarity_threshold": None,
     "embedding_backend": "near duplicates are found by token-set similarity, without embeddings",
     "embedding_model": "near duplicates are found by token-set similarity, without embeddings",
-    "max_regeneration_attempts": "a rejected child is not regenerated: its iteration records the rejection",
-    "temperature_increment": "a rejected child is not regenerated: its iteration records the rejection",
+    "max_regeneration_attempts": None,  # novelty.redraws: LLM-free children only, LLM children are not redrawn
+    "temperature_increment": "a rejected LLM child is not regenerated at a higher temperature: its iteration "
+    "records the rejection (the LLM-free operators' children are drawn again, novelty.redraws)",
 }
 
 _LANGUAGES = {"python", "py"}
@@ -309,7 +310,7 @@ def _novelty(block: Any, t: _Translation) -> Any:
         if key in _NOVELTY_KEYS and _NOVELTY_KEYS[key] is not None:
             t.no_effect(f"novelty.{key}", str(_NOVELTY_KEYS[key]))
             continue
-        out[key] = value
+        out["redraws" if key == "max_regeneration_attempts" else key] = value
     return out
 
 

@@ -325,6 +325,11 @@ class MutationConfig(_Section):
     additive_probability: float = Field(0.25, ge=0, le=1, description="chance a constant gets additive noise")
     max_constants: int = Field(3, ge=1, description="at most this many constants change per mutation")
     perturb_ints: bool = True
+    site_credit: bool = Field(
+        True,
+        description="draw the constant operator's literals by what their earlier changes gave in this run: "
+        "a literal whose changes keep making children worse than their parent is drawn less often",
+    )
     cmaes_sigma: float = Field(
         0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"
     )
@@ -408,8 +413,10 @@ class NoveltyConfig(_Section):
     are normalised away) are always rejected while ``enabled``; near
     duplicates are those whose token-set similarity to a program already
     made reaches ``similarity_threshold``. Children of the ``exact_only``
-    operators are checked for exact duplicates only: changing one number is
-    what they are for.
+    operators are checked for exact duplicates only: changing one number,
+    swapping one operator or function, recombining two programs already
+    evaluated is what they are for, so their children are near their parents
+    by design.
 
     A rejected child of an LLM-free operator (``constant``, ``operator``,
     ``function``, ``crossover``, ``blocks``) costs nothing to make again: it
@@ -424,7 +431,7 @@ class NoveltyConfig(_Section):
         0.99, gt=0, le=1, description="token-shingle Jaccard similarity at which a child is a near duplicate"
     )
     exact_only: list[str] = Field(
-        default_factory=lambda: ["constant", "cmaes"],
+        default_factory=lambda: ["constant", "operator", "function", "crossover", "cmaes"],
         description="mutation kinds checked for exact duplicates only",
     )
     redraws: int = Field(

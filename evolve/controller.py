@@ -947,6 +947,7 @@ class Controller:
         """What the novelty filter and the bandit learn from a program (before it enters the islands)."""
         if self.novelty is not None and program.status != "mutation_failed":
             self.novelty.add(program.id, program.code)
+        self._credit_sites(program)
         if self.bandit is None or program.iteration <= 0:
             return
         planned = program.mutation.get("planned")
@@ -974,6 +975,26 @@ class Controller:
             arm,
             improvement(child if comparable else None, best_parent.fitness if best_parent else None),
         )
+
+    def _credit_sites(self, program: Program) -> None:
+        """Credit the literals a ``constant`` child changed: kept when the child, fully evaluated, is at least
+        as fit as its parent (a failure, or a child the cascade stopped early, is not)."""
+        credit, sites = self.mutator.site_credit, program.mutation.get("sites")
+        if credit is None or not sites or program.status == "mutation_failed":
+            return
+        parent = self.population.programs.get(str(program.parent_id))
+        if parent is None or parent.fitness is None:
+            return
+        kept = bool(
+            program.ok
+            and program.complete
+            and program.fitness is not None
+            and program.fitness >= parent.fitness
+        )
+        for key in sites:
+            entry = credit.setdefault(str(key), [0, 0])
+            entry[0] += 1
+            entry[1] += kept
 
     def _count_operator(self, program: Program) -> None:
         """Count a child (iteration > 0) for its mutation kind (before it enters the islands)."""

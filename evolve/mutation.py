@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import copy
 import difflib
 import hashlib
 import io
@@ -75,7 +76,7 @@ import random
 import re
 import textwrap
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -119,6 +120,7 @@ __all__ = [
     "numeric_sites",
     "parse_diff",
     "perturb_constants",
+    "perturb_constants_at",
     "swap_function",
     "swap_operator",
     "validate_child",
@@ -520,6 +522,15 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
 
     The literals are drawn without replacement, each statement equally likely (:func:`_balanced_sample`).
     """
+    child, detail, _ = perturb_constants_at(code, rng, config)
+    return child, detail
+
+
+def perturb_constants_at(
+    code: str, rng: random.Random, config: EvolveConfig, credit: Mapping[str, Sequence[int]] | None = None
+) -> tuple[str, str, list[str]]:
+    """:func:`perturb_constants`, drawing by ``credit`` (site key -> ``[tries, kept]``) where given; also
+    returns the keys (:func:`_site_keys`) of the literals it changed."""
     mc = config.mutation
     src = _Source(code)
     numbers = numeric_sites(code, config, src)
@@ -529,10 +540,9 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
         raise NotApplicable(
             "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
         )
-    chosen = sorted(
-        _balanced_sample(sites, rng.randint(1, min(mc.max_constants, len(sites))), src, rng),
-        key=lambda n: src.span(n),
-    )
+    drawn = _balanced_sample(sites, rng.randint(1, min(mc.max_constants, len(sites))), src, rng, credit)
+    chosen = sorted((site for site, _ in drawn), key=lambda n: src.span(n))
+    keys = [key for _, key in sorted(drawn, key=lambda d: src.span(d[0]))]
     edits, notes = [], []
     for node in chosen:
         old = node.value
@@ -560,7 +570,7 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
         start, end = src.span(node)
         edits.append((start, end, text))
         notes.append(f"line {node.lineno}: {old!r} -> {text}")
-    return _edit(code, edits), "; ".join(notes)
+    return _edit(code, edits), "; ".join(notes), keys
 
 
 def _statement_of(src: _Source) -> dict[int, ast.stmt]:
@@ -579,22 +589,70 @@ def _statement_of(src: _Source) -> dict[int, ast.stmt]:
     return owner
 
 
-def _balanced_sample(sites: list[Any], k: int, src: _Source, rng: random.Random) -> list[Any]:
-    """``k`` distinct sites, each statement of the blocks as likely to be touched as any other.
+class _Blank(ast.NodeTransformer):
+    """Every literal (a signed number as one) becomes ``None``: what a statement is without its values."""
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+            return ast.Constant(None)
+        return self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Constant(None)
+
+
+def _site_keys(sites: list[Any], src: _Source, owner: dict[int, ast.stmt]) -> list[str]:
+    """A key per site that survives changes of the literals: a digest of its statement's syntax tree with
+    every literal blanked (``x = 0.5`` and ``x = (-2.0)`` alike), and the site's rank among its statement's
+    sites."""
+    members: dict[int, list[int]] = {}
+    for i, site in enumerate(sites):
+        members.setdefault(id(owner.get(id(site), site)), []).append(i)
+    keys = [""] * len(sites)
+    for group in members.values():
+        stmt = owner.get(id(sites[group[0]]), sites[group[0]])
+        blank = ast.dump(_Blank().visit(copy.deepcopy(stmt)))
+        digest = hashlib.sha1(blank.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        for rank, i in enumerate(sorted(group, key=lambda i: src.span(sites[i]))):
+            keys[i] = f"{digest}:{rank}"
+    return keys
+
+
+def _balanced_sample(
+    sites: list[Any],
+    k: int,
+    src: _Source,
+    rng: random.Random,
+    credit: Mapping[str, Sequence[int]] | None = None,
+) -> list[tuple[Any, str]]:
+    """``k`` distinct sites with their keys, each statement of the blocks as likely to be touched as any other.
 
     A site is weighted by one over the number of sites its statement holds, so
     a scalar on its own line (a size, a step, a bound) is drawn as often as the
-    whole of a 36-number array literal, not 36 times less often. Sampling
-    without replacement by Efraimidis-Spirakis keys ``u ** (1 / w)``.
+    whole of a 36-number array literal, not 36 times less often. With
+    ``credit`` (site key -> ``[tries, kept]``: children that changed the site,
+    and those of them at least as fit as their parent), the weight is also
+    multiplied by ``(kept + 1) / (tries + 2)``: a size whose every change
+    breaks the program's contract fades, a seed or bound that sometimes helps
+    stays. Sampling without replacement by Efraimidis-Spirakis keys
+    ``u ** (1 / w)``.
     """
     owner = _statement_of(src)
+    keys = _site_keys(sites, src, owner)
     count: dict[int, int] = {}
     for site in sites:
-        key = id(owner.get(id(site), site))
-        count[key] = count.get(key, 0) + 1
-    keyed = [(rng.random() ** count[id(owner.get(id(site), site))], i, site) for i, site in enumerate(sites)]
+        group = id(owner.get(id(site), site))
+        count[group] = count.get(group, 0) + 1
+    weights = []
+    for site, key in zip(sites, keys):
+        w = 1.0 / count[id(owner.get(id(site), site))]
+        if credit is not None and key in credit:
+            tries, kept = credit[key]
+            w *= (kept + 1) / (tries + 2)
+        weights.append(w)
+    keyed = [(rng.random() ** (1.0 / w), i) for i, w in enumerate(weights)]
     keyed.sort(key=lambda t: (-t[0], t[1]))
-    return [site for _, _, site in keyed[:k]]
+    return [(sites[i], keys[i]) for _, i in keyed[:k]]
 
 
 # A quoted word in a comment: 'csv_reader' or "csv_reader" (no quotes, backslashes or spaces inside).
@@ -1158,6 +1216,9 @@ class Mutator:
         self.config = config
         self.llms = llms
         self.blocks = blocks
+        # Site key -> [children that changed it, of them those at least as fit as their parent]; the
+        # controller fills it in as children are scored (``mutation.site_credit``).
+        self.site_credit: dict[str, list[int]] | None = {} if config.mutation.site_credit else None
         weights = dict(config.mutation.weights)
         if blocks is None and weights.get("blocks", 0) > 0:
             raise ValueError(
@@ -1301,7 +1362,9 @@ class Mutator:
         info: dict[str, Any] = {"kind": kind}
         try:
             if kind == "constant":
-                child, detail = perturb_constants(parent, rng, self.config)
+                child, detail, keys = perturb_constants_at(parent, rng, self.config, self.site_credit)
+                if self.site_credit is not None:
+                    info["sites"] = keys
             elif kind == "operator":
                 child, detail = swap_operator(parent, rng, self.config)
             elif kind == "function":

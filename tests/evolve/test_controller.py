@@ -370,3 +370,42 @@ def test_duplicates_of_llm_free_operators_are_drawn_again(tmp_path):
     assert [(p.id, p.code, p.mutation.get("redrawn")) for p in twice] == [
         (p.id, p.code, p.mutation.get("redrawn")) for p in again_programs
     ]
+
+
+def test_literals_whose_changes_break_the_program_lose_credit(tmp_path):
+    """``n`` must stay 3 (any other value scores far below the parent); ``v`` is free to move toward 20.
+    The run credits each literal with what its changes gave: ``n``'s changes are never kept."""
+    root = _one_number_task(tmp_path / "task")
+    (root / "initial_program.py").write_text(
+        "# EVOLVE-BLOCK-START\ndef value():\n    n = 3\n    v = 5\n    return n, v\n# EVOLVE-BLOCK-END\n"
+    )
+    evaluator = (root / "evaluator.py").read_text()
+    (root / "evaluator.py").write_text(
+        evaluator.replace(
+            "-abs(module.value() - 20)", "-abs(module.value()[1] - 20) - 100 * abs(module.value()[0] - 3)"
+        )
+    )
+    (root / "config.yaml").write_text(
+        "max_iterations: 40\nrandom_seed: 1\ndatabase:\n  num_islands: 1\n"
+        "mutation:\n  weights: {constant: 1.0}\n  additive_probability: 1.0\n  max_constants: 1\n"
+    )
+    task = load_task(root)
+    ctl = Controller(task, load_config(task.config_path), tmp_path / "run")
+    try:
+        ctl.run()
+        credit = dict(ctl.mutator.site_credit)
+        programs = ctl.store.programs()
+    finally:
+        ctl.close()
+    touched: dict[str, list[tuple[int, str]]] = {"n": [], "v": []}
+    for p in programs:
+        if p.mutation.get("sites") and p.status != "mutation_failed":
+            [key] = p.mutation["sites"]
+            touched["n" if "line 3" in p.mutation["detail"] else "v"].append((p.iteration, key))
+    [n_key], [v_key] = {k for _, k in touched["n"]}, {k for _, k in touched["v"]}
+    assert credit[n_key][1] <= 1  # only a change that undoes a broken n is ever kept
+    assert credit[n_key][0] == len(touched["n"]) and credit[v_key][0] == len(touched["v"])
+    assert credit[v_key][1] > 0
+    # once n's changes have failed a few times, most children move v instead
+    late = lambda side: sum(it > 20 for it, _ in touched[side])  # noqa: E731
+    assert late("v") > 2 * late("n"), (late("v"), late("n"))

@@ -22,6 +22,7 @@ from societas.evolve.mutation import (
     crossover,
     parse_diff,
     perturb_constants,
+    perturb_constants_at,
     swap_function,
     swap_operator,
 )
@@ -350,3 +351,36 @@ def test_constant_sites_are_drawn_statement_by_statement():
     cfg = parse_config({"mutation": {"max_constants": 1}})
     hits = sum("8.0 ->" in perturb_constants(code, random.Random(seed), cfg)[1] for seed in range(400))
     assert 160 <= hits <= 240  # one in two, within about 4 standard deviations (sd = 10)
+
+
+def test_site_credit_keys_survive_new_values_and_steer_the_draw():
+    """A literal is known by its statement with the literals blanked (so by the same key after its value
+    changed); one whose changes never kept the parent's fitness is drawn (kept + 1) / (tries + 2) as often."""
+    code = (
+        "# EVOLVE-BLOCK-START\n"
+        "def build():\n"
+        "    n = 14\n"
+        "    seed = 42\n"
+        "    return n, seed\n"
+        "# EVOLVE-BLOCK-END\n"
+    )
+    cfg = parse_config({"mutation": {"max_constants": 1, "additive_probability": 1.0}})
+    keys = {}
+    for seed in range(40):
+        child, note, [key] = perturb_constants_at(code, random.Random(seed), cfg)
+        keys.setdefault(note.split(":")[0], set()).add(key)
+        # the child's literal has the same key as the parent's
+        _, _, [again] = perturb_constants_at(child, random.Random(seed), cfg)
+        assert again == key
+    assert sorted(keys) == ["line 3", "line 4"] and all(len(k) == 1 for k in keys.values())
+    # a sign is part of the value, not of the statement
+    signed = code.replace("n = 14", "n = (-14.5)")
+    assert {
+        perturb_constants_at(signed, random.Random(s), cfg)[2][0]
+        for s in range(40)
+        if perturb_constants_at(signed, random.Random(s), cfg)[1].startswith("line 3")
+    } == keys["line 3"]
+    [n_key], [seed_key] = keys["line 3"], keys["line 4"]
+    credit = {n_key: [18, 0], seed_key: [10, 9]}  # weights 1/20 and 10/12
+    hits = sum(perturb_constants_at(code, random.Random(s), cfg, credit)[2] == [n_key] for s in range(600))
+    assert 20 <= hits <= 52  # expected 600 * (1/20) / (1/20 + 10/12) = 34 (sd 5.6)

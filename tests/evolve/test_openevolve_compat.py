@@ -137,7 +137,7 @@ FULL = {
         "embedding_backend": "local",
         "embedding_model": "all-MiniLM-L6-v2",
         "similarity_threshold": 0.95,
-        "max_regeneration_attempts": 3,
+        "max_regeneration_attempts": 5,
         "temperature_increment": 0.15,
     },
     "algotune": {"num_trials": 5, "data_size": 100, "timeout": 300},
@@ -207,7 +207,6 @@ WITHOUT_EFFECT = {
     "evaluator.llm_feedback_weight",
     "novelty.embedding_backend",
     "novelty.embedding_model",
-    "novelty.max_regeneration_attempts",
     "novelty.temperature_increment",
 }
 
@@ -244,6 +243,7 @@ def test_every_openevolve_key_is_accepted_and_exactly_the_ineffective_ones_warn(
     assert (db.migration_interval, db.diversity_reference_size) == (20, 10)
     # novelty: the section's threshold wins over database.similarity_threshold
     assert config.novelty.enabled and config.novelty.similarity_threshold == 0.95
+    assert config.novelty.redraws == 5  # max_regeneration_attempts, for the LLM-free operators' children
     # llm.models, then the primary and the secondary model, with their weights
     assert [(m.name, m.weight) for m in config.llm.models] == [
         ("model-a", 0.8),
