@@ -328,7 +328,8 @@ class MutationConfig(_Section):
     site_credit: bool = Field(
         True,
         description="draw the constant operator's literals by what their earlier changes gave in this run: "
-        "a literal whose changes keep making children worse than their parent is drawn less often",
+        "a literal whose changes keep making children worse than their parent, or invalid (an evaluator's "
+        "'error' entry), is drawn less often",
     )
     cmaes_sigma: float = Field(
         0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"

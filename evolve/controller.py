@@ -562,6 +562,12 @@ class Controller:
         pc = self.config.prompt
         selection = self.population.sample(island, rng, pc.num_top_programs, pc.num_diverse_programs)
         kind, model = self.mutator.plan(rng, self._arm_weights)
+        if kind not in LLM_KINDS and "error" in selection.parent.artifacts:
+            # The evaluator said what is wrong with this program (OpenEvolve's evaluators score it 0 with an
+            # 'error' entry): a model reads that and can repair it, a random edit of it stays broken.
+            selection = self.population.sample(
+                island, rng, pc.num_top_programs, pc.num_diverse_programs, without_error=True
+            )
         donor = rng.choice(selection.inspirations) if kind == "crossover" and selection.inspirations else None
         parent, history = selection.parent, []
         if kind == "cmaes":
@@ -978,7 +984,9 @@ class Controller:
 
     def _credit_sites(self, program: Program) -> None:
         """Credit the literals a ``constant`` child changed: kept when the child, fully evaluated, is at least
-        as fit as its parent (a failure, or a child the cascade stopped early, is not)."""
+        as fit as its parent and its evaluator reported no ``error`` (OpenEvolve's evaluators score an
+        invalid program 0 with an ``error`` entry). A failure, or a child the cascade stopped early, is not
+        kept."""
         credit, sites = self.mutator.site_credit, program.mutation.get("sites")
         if credit is None or not sites or program.status == "mutation_failed":
             return
@@ -988,6 +996,7 @@ class Controller:
         kept = bool(
             program.ok
             and program.complete
+            and "error" not in program.artifacts
             and program.fitness is not None
             and program.fitness >= parent.fitness
         )

@@ -327,9 +327,20 @@ class Population:
         return self.programs[best] if best else None
 
     def sample(
-        self, island_index: int, rng: random.Random, num_top: int = 3, num_diverse: int = 2
+        self,
+        island_index: int,
+        rng: random.Random,
+        num_top: int = 3,
+        num_diverse: int = 2,
+        *,
+        without_error: bool = False,
     ) -> Selection:
-        """Choose a parent for island ``island_index`` and the inspirations to show with it."""
+        """Choose a parent for island ``island_index`` and the inspirations to show with it.
+
+        ``without_error``: the parent is drawn among the programs of the chosen
+        pool whose evaluator reported no ``error`` entry, where the pool has
+        any (for operators that cannot read the error and repair what it names).
+        """
         if not self.programs:
             raise RuntimeError("the population is empty: evaluate the seed program first")
         island = self.islands[island_index % len(self.islands)]
@@ -341,6 +352,8 @@ class Population:
             strategy, pool = "exploration", list(island.members)
         else:
             strategy, pool = "random", sorted(self.programs, key=lambda pid: self.programs[pid].iteration)
+        if without_error:
+            pool = [pid for pid in pool if "error" not in self.programs[pid].artifacts] or pool
         parent = self.programs[rng.choice(pool)]
 
         chosen = {parent.id}

@@ -16,6 +16,7 @@ from societas.evolve.database import ProgramStore
 from societas.evolve.evaluator import TaskError, WarmPool
 from societas.evolve.executors import ExecutorError, ProcessExecutor, RayExecutor
 from societas.evolve.mutation import LLMEnsemble
+from societas.evolve.program import Program
 from societas.evolve.report import write_report
 from societas.evolve.task import load_task
 
@@ -373,16 +374,22 @@ def test_duplicates_of_llm_free_operators_are_drawn_again(tmp_path):
 
 
 def test_literals_whose_changes_break_the_program_lose_credit(tmp_path):
-    """``n`` must stay 3 (any other value scores far below the parent); ``v`` is free to move toward 20.
-    The run credits each literal with what its changes gave: ``n``'s changes are never kept."""
+    """``n`` must stay 3 (any other value is an error, scored 0 as OpenEvolve's evaluators do); ``v`` is
+    free to move toward 20. The run credits each literal with what its changes gave: ``n``'s changes are
+    never kept."""
     root = _one_number_task(tmp_path / "task")
     (root / "initial_program.py").write_text(
         "# EVOLVE-BLOCK-START\ndef value():\n    n = 3\n    v = 5\n    return n, v\n# EVOLVE-BLOCK-END\n"
     )
+    # OpenEvolve's way with an invalid program: score 0 and an ``error`` entry, not an exception
     evaluator = (root / "evaluator.py").read_text()
     (root / "evaluator.py").write_text(
         evaluator.replace(
-            "-abs(module.value() - 20)", "-abs(module.value()[1] - 20) - 100 * abs(module.value()[0] - 3)"
+            "    return {'combined_score': -abs(module.value() - 20)}\n",
+            "    n, v = module.value()\n"
+            "    if n != 3:\n"
+            "        return {'combined_score': 0.0, 'error': f'n must be 3, not {n}'}\n"
+            "    return {'combined_score': 1 / (1 + abs(v - 20))}\n",
         )
     )
     (root / "config.yaml").write_text(
@@ -397,15 +404,15 @@ def test_literals_whose_changes_break_the_program_lose_credit(tmp_path):
         programs = ctl.store.programs()
     finally:
         ctl.close()
-    touched: dict[str, list[tuple[int, str]]] = {"n": [], "v": []}
+    by_id = {p.id: p for p in programs}
+    touched: dict[str, list[Program]] = {"n": [], "v": []}
     for p in programs:
         if p.mutation.get("sites") and p.status != "mutation_failed":
-            [key] = p.mutation["sites"]
-            touched["n" if "line 3" in p.mutation["detail"] else "v"].append((p.iteration, key))
-    [n_key], [v_key] = {k for _, k in touched["n"]}, {k for _, k in touched["v"]}
-    assert credit[n_key][1] <= 1  # only a change that undoes a broken n is ever kept
+            touched["n" if "line 3" in p.mutation["detail"] else "v"].append(p)
+    [n_key], [v_key] = ({k for p in touched[side] for k in p.mutation["sites"]} for side in ("n", "v"))
     assert credit[n_key][0] == len(touched["n"]) and credit[v_key][0] == len(touched["v"])
-    assert credit[v_key][1] > 0
-    # once n's changes have failed a few times, most children move v instead
-    late = lambda side: sum(it > 20 for it, _ in touched[side])  # noqa: E731
-    assert late("v") > 2 * late("n"), (late("v"), late("n"))
+    # An LLM-free child never has a parent the evaluator reported an error for (it could not repair
+    # it), so every change of n breaks a valid program and none is kept.
+    assert all("error" not in by_id[p.parent_id].artifacts for p in programs if p.parent_id)
+    assert sum("error" in p.artifacts for p in programs) >= 3
+    assert credit[n_key][1] == 0 and credit[v_key][1] > 0
