@@ -314,7 +314,8 @@ class Controller:
         # Novelty rejection: the programs made so far (applied in iteration order, so a resume rebuilds it).
         nc = config.novelty
         self.novelty = NoveltyFilter(threshold=nc.similarity_threshold) if nc.enabled else None
-        self._queued: dict[str, int] = {}  # code hash -> iteration of each child sent to evaluation
+        # code hash -> iteration of each child sent to evaluation that the filter has not learnt yet
+        self._queued: dict[str, int] = {}
         # Adaptive choice of operator and model: UCB1 over the arms, updated in iteration order.
         self.bandit: OperatorBandit | None = None
         if config.adaptive.enabled:
@@ -952,7 +953,8 @@ class Controller:
     def _learn(self, program: Program) -> None:
         """What the novelty filter and the bandit learn from a program (before it enters the islands)."""
         if self.novelty is not None and program.status != "mutation_failed":
-            self.novelty.add(program.id, program.code)
+            # The filter holds it from now on: it is no longer only queued.
+            self._queued.pop(self.novelty.add(program.id, program.code), None)
         self._credit_sites(program)
         if self.bandit is None or program.iteration <= 0:
             return

@@ -541,8 +541,8 @@ def perturb_constants_at(
             "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
         )
     drawn = _balanced_sample(sites, rng.randint(1, min(mc.max_constants, len(sites))), src, rng, credit)
-    chosen = sorted((site for site, _ in drawn), key=lambda n: src.span(n))
-    keys = [key for _, key in sorted(drawn, key=lambda d: src.span(d[0]))]
+    drawn.sort(key=lambda d: src.span(d[0]))
+    chosen, keys = [site for site, _ in drawn], [key for _, key in drawn]
     edits, notes = [], []
     for node in chosen:
         old = node.value
@@ -601,20 +601,19 @@ class _Blank(ast.NodeTransformer):
         return ast.Constant(None)
 
 
-def _site_keys(sites: list[Any], src: _Source, owner: dict[int, ast.stmt]) -> list[str]:
-    """A key per site that survives changes of the literals: a digest of its statement's syntax tree with
-    every literal blanked (``x = 0.5`` and ``x = (-2.0)`` alike), and the site's rank among its statement's
-    sites."""
-    members: dict[int, list[int]] = {}
-    for i, site in enumerate(sites):
-        members.setdefault(id(owner.get(id(site), site)), []).append(i)
-    keys = [""] * len(sites)
-    for group in members.values():
-        stmt = owner.get(id(sites[group[0]]), sites[group[0]])
-        blank = ast.dump(_Blank().visit(copy.deepcopy(stmt)))
-        digest = hashlib.sha1(blank.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        for rank, i in enumerate(sorted(group, key=lambda i: src.span(sites[i]))):
-            keys[i] = f"{digest}:{rank}"
+def _site_keys(statements: list[Any]) -> list[str]:
+    """A key per site, given the statement holding each site (sites in source order), that survives
+    changes of the literals: a digest of the statement's syntax tree with every literal blanked
+    (``x = 0.5`` and ``x = (-2.0)`` alike), and the site's rank among its statement's sites."""
+    digests: dict[int, str] = {}
+    ranks: collections.Counter[int] = collections.Counter()
+    keys = []
+    for stmt in statements:
+        if id(stmt) not in digests:
+            blank = ast.dump(_Blank().visit(copy.deepcopy(stmt)))
+            digests[id(stmt)] = hashlib.sha1(blank.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        keys.append(f"{digests[id(stmt)]}:{ranks[id(stmt)]}")
+        ranks[id(stmt)] += 1
     return keys
 
 
@@ -638,14 +637,12 @@ def _balanced_sample(
     ``u ** (1 / w)``.
     """
     owner = _statement_of(src)
-    keys = _site_keys(sites, src, owner)
-    count: dict[int, int] = {}
-    for site in sites:
-        group = id(owner.get(id(site), site))
-        count[group] = count.get(group, 0) + 1
+    statements = [owner.get(id(site), site) for site in sites]
+    keys = _site_keys(statements)
+    count = collections.Counter(id(stmt) for stmt in statements)
     weights = []
-    for site, key in zip(sites, keys):
-        w = 1.0 / count[id(owner.get(id(site), site))]
+    for stmt, key in zip(statements, keys):
+        w = 1.0 / count[id(stmt)]
         if credit is not None and key in credit:
             tries, kept = credit[key]
             w *= (kept + 1) / (tries + 2)
@@ -890,6 +887,11 @@ def swap_function(code: str, rng: random.Random, config: EvolveConfig) -> tuple[
     return _edit(code, [(start, end, new)]), f"line {node.lineno}: {old} -> {new}"
 
 
+def _first_line(node: ast.stmt) -> int:
+    """The first line of a statement, its decorators included."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+
+
 def _units(src: _Source) -> dict[str, tuple[int, int, str]]:
     """Top-level functions and classes (whole) inside evolve blocks -> (start offset, end offset, indentation).
 
@@ -900,8 +902,7 @@ def _units(src: _Source) -> dict[str, tuple[int, int, str]]:
     for child in src.tree.body:
         if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        first = min([child.lineno] + [d.lineno for d in child.decorator_list])
-        last = _end(child)[0]
+        first, last = _first_line(child), _end(child)[0]
         if any(lo <= first and last <= hi for lo, hi in src.blocks):
             line = src.lines[first - 1]
             indent = line[: len(line) - len(line.lstrip())]
@@ -917,9 +918,7 @@ def _body_statements(src: _Source, name: str) -> tuple[list[ast.stmt], str]:
         if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and c.name == name
     )
     body = unit.body
-    lines = [
-        (min([s.lineno] + [d.lineno for d in getattr(s, "decorator_list", [])]), _end(s)[0]) for s in body
-    ]
+    lines = [(_first_line(s), _end(s)[0]) for s in body]
     header_end = min(first for first, _ in lines)
     if header_end <= unit.lineno or any(a[1] >= b[0] for a, b in zip(lines, lines[1:])):
         raise NotApplicable(f"`{name}` has statements sharing a line; its statements cannot be recombined")
@@ -952,22 +951,21 @@ def _statement_crossover(code: str, donor: str, name: str, rng: random.Random) -
     elif len(taken) == len(hunks):
         taken.remove(rng.choice(taken))
 
-    def first(stmt: ast.stmt) -> int:
-        return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-
     edits, notes = [], []
     for _, i1, i2, j1, j2 in taken:
         text = ""
         if j1 < j2:
-            block = "".join(theirs_src.lines[first(theirs[j1]) - 1 : _end(theirs[j2 - 1])[0]])
+            block = "".join(theirs_src.lines[_first_line(theirs[j1]) - 1 : _end(theirs[j2 - 1])[0]])
             text = textwrap.indent(textwrap.dedent(block), indent)
             if not text.endswith("\n"):
                 text += "\n"
         if i1 < i2:
-            start, end = mine_src.starts[first(mine[i1]) - 1], mine_src.starts[_end(mine[i2 - 1])[0]]
+            start, end = mine_src.starts[_first_line(mine[i1]) - 1], mine_src.starts[_end(mine[i2 - 1])[0]]
         else:  # an insertion: before my statement i1, or after my last one
             at = (
-                mine_src.starts[first(mine[i1]) - 1] if i1 < len(mine) else mine_src.starts[_end(mine[-1])[0]]
+                mine_src.starts[_first_line(mine[i1]) - 1]
+                if i1 < len(mine)
+                else mine_src.starts[_end(mine[-1])[0]]
             )
             start = end = at
         edits.append((start, end, text))
