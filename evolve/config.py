@@ -69,7 +69,17 @@ __all__ = [
     "parse_config",
 ]
 
-MUTATION_KINDS = ("llm", "llm_line", "constant", "operator", "function", "crossover", "blocks", "cmaes")
+MUTATION_KINDS = (
+    "llm",
+    "llm_line",
+    "constant",
+    "operator",
+    "function",
+    "crossover",
+    "blocks",
+    "cmaes",
+    "table",
+)
 
 # Upper bounds that only stop absurd values (a typo such as 10**23 iterations).
 MAX_ITERATIONS = 10_000_000
@@ -319,6 +329,7 @@ class MutationConfig(_Section):
             "operator": 0.1,
             "function": 0.05,
             "crossover": 0.05,
+            "table": 0.05,
         }
     )
     constant_sigma: float = Field(0.3, gt=0, description="std of the log-normal multiplicative noise")
@@ -327,9 +338,9 @@ class MutationConfig(_Section):
     perturb_ints: bool = True
     site_credit: bool = Field(
         True,
-        description="draw the constant operator's literals by what their earlier changes gave in this run: "
-        "a literal whose changes keep making children worse than their parent, or invalid (an evaluator's "
-        "'error' entry), is drawn less often",
+        description="draw the constant operator's literals, and the table operator's moves on each table, by "
+        "what their earlier changes gave in this run: a literal or move whose changes keep making children "
+        "worse than their parent, or invalid (an evaluator's 'error' entry), is drawn less often",
     )
     cmaes_sigma: float = Field(
         0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"
@@ -432,7 +443,7 @@ class NoveltyConfig(_Section):
         0.99, gt=0, le=1, description="token-shingle Jaccard similarity at which a child is a near duplicate"
     )
     exact_only: list[str] = Field(
-        default_factory=lambda: ["constant", "operator", "function", "crossover", "cmaes"],
+        default_factory=lambda: ["constant", "operator", "function", "crossover", "cmaes", "table"],
         description="mutation kinds checked for exact duplicates only",
     )
     redraws: int = Field(

@@ -45,6 +45,12 @@ to one backend are sent in one ``generate`` call.
   shown the hook, its contract (``hooks`` in the task's building blocks) and
   the line: what a small model can do. The answer is checked before any
   evaluation (it parses, uses only names in scope, no ``eval``/dunders);
+* ``table`` — one table of numbers (a list display of numbers or of rows of
+  numbers, or a numpy constructor the literals fix, first written out) grows,
+  shrinks or moves a row: a point or a circle of a construction moves as one,
+  a copy of a row (moved, or reflected) joins, a row leaves
+  (:mod:`societas.evolve.tables`); each move on each table is drawn by its
+  credit, as literals are;
 * ``cmaes`` — CMA-ES over all numeric literals of an island's elite at once
   (:func:`cmaes_children`): its children share the elite's code and differ
   in their numbers, generation after generation.
@@ -86,7 +92,7 @@ from cmaes import CMA
 from societas.agents.llm import LLM, SamplingParams, load_llm
 
 from .blocks import BlockError, BlockLibrary, mutate_blocks
-from .config import EvolveConfig, LLMConfig
+from .config import EvolveConfig, LLMConfig, MutationConfig
 from .program import (
     EvolveBlockError,
     Program,
@@ -95,6 +101,7 @@ from .program import (
     parse_python,
     replace_evolve_blocks,
 )
+from .tables import NoTable, Table, TableError, find_tables, mutate_table
 
 logger = logging.getLogger(__name__)
 
@@ -123,13 +130,15 @@ __all__ = [
     "perturb_constants_at",
     "swap_function",
     "swap_operator",
+    "table_child",
+    "table_sites",
     "validate_child",
 ]
 
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 LLM_KINDS = frozenset({"llm", "llm_line"})  # the mutation kinds that call an LLM
 # LLM-free kinds made one child at a time, which stand in for each other where one finds nothing to change.
-AST_FALLBACK_KINDS = ("constant", "operator", "function", "crossover", "blocks")
+AST_FALLBACK_KINDS = ("constant", "operator", "function", "crossover", "blocks", "table")
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _MAX_RESPONSE_ARTIFACT = 4000
 
@@ -553,24 +562,24 @@ def perturb_constants_at(
             edits.append((start, end, text))
             notes.append(f"line {node.lineno}: {src.code[start:end]} -> {text}")
             continue
-        if isinstance(old, int):
-            if rng.random() < mc.additive_probability or abs(old) < 4:
-                new: float | int = old + rng.choice((-1, 1))
-            else:
-                new = int(round(old * math.exp(rng.gauss(0.0, mc.constant_sigma)))) or old + 1
-                if new == old:
-                    new = old + rng.choice((-1, 1))
-            text = _format_number(new, True)
-        else:
-            if old == 0.0 or rng.random() < mc.additive_probability:
-                new = old + rng.gauss(0.0, mc.constant_sigma)
-            else:
-                new = old * math.exp(rng.gauss(0.0, mc.constant_sigma))
-            text = _format_number(new, False)
+        text = _format_number(_noise(old, rng, mc), isinstance(old, int))
         start, end = src.span(node)
         edits.append((start, end, text))
         notes.append(f"line {node.lineno}: {old!r} -> {text}")
     return _edit(code, edits), "; ".join(notes), keys
+
+
+def _noise(old: float | int, rng: random.Random, mc: MutationConfig) -> float | int:
+    """The constant operator's move of one number: an integer by one (or scaled and rounded when large),
+    a float by log-normal multiplicative noise (additive with ``additive_probability``, or when it is 0)."""
+    if isinstance(old, int):
+        if rng.random() < mc.additive_probability or abs(old) < 4:
+            return old + rng.choice((-1, 1))
+        new = int(round(old * math.exp(rng.gauss(0.0, mc.constant_sigma)))) or old + 1
+        return old + rng.choice((-1, 1)) if new == old else new
+    if old == 0.0 or rng.random() < mc.additive_probability:
+        return old + rng.gauss(0.0, mc.constant_sigma)
+    return old * math.exp(rng.gauss(0.0, mc.constant_sigma))
 
 
 def _statement_of(src: _Source) -> dict[int, ast.stmt]:
@@ -599,6 +608,27 @@ class _Blank(ast.NodeTransformer):
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         return ast.Constant(None)
+
+
+class _BlankTable(_Blank):
+    """:class:`_Blank`, and the expression at ``where`` (its start and end line and column) becomes ``TABLE``."""
+
+    def __init__(self, where: tuple[int, int, int, int]) -> None:
+        self.where = where
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if (
+            isinstance(node, ast.expr)
+            and (
+                node.lineno,
+                node.col_offset,
+                node.end_lineno,
+                node.end_col_offset,
+            )
+            == self.where
+        ):
+            return ast.Name("TABLE", ast.Load())
+        return super().visit(node)
 
 
 def _site_keys(statements: list[Any]) -> list[str]:
@@ -797,6 +827,55 @@ def cmaes_children(
             used.append((float(text.strip("()")) - x0[len(used)]) / scale[len(used)])
         children.append((_edit(origin.code, edits), used))
     return children
+
+
+def table_sites(code: str) -> list[Table]:
+    """The tables of ``code``'s evolve blocks that the ``table`` operator moves (:func:`find_tables`)."""
+    return find_tables(_Source(code))
+
+
+def _table_key(src: _Source, table: Table, move: str) -> str:
+    """A credit key for ``move`` on ``table`` that survives its rows and numbers changing (and a constructor
+    being written out): the digest of the statement holding it with the table, and every literal, blanked."""
+    anchor = table.anchor or table.node
+    start = (anchor.lineno, anchor.col_offset)
+    owner: ast.stmt | None = None
+    for node in ast.walk(src.tree):
+        if (
+            isinstance(node, ast.stmt)
+            and (node.lineno, node.col_offset) <= start
+            and _end(anchor) <= _end(node)
+        ):
+            if owner is None or (node.lineno, node.col_offset) >= (owner.lineno, owner.col_offset):
+                owner = node  # the innermost statement around the table
+    assert owner is not None, "a table inside the evolve blocks lies in some statement"
+    blank = ast.dump(_BlankTable((*start, *_end(anchor))).visit(copy.deepcopy(owner)))
+    return f"table:{hashlib.sha1(blank.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}:{move}"
+
+
+def table_child(
+    code: str, rng: random.Random, config: EvolveConfig, credit: Mapping[str, Sequence[int]] | None = None
+) -> tuple[str, str, str]:
+    """The ``table`` operator: one table of the evolve blocks grows, shrinks or moves a row
+    (:mod:`societas.evolve.tables`); its numbers move by the ``constant`` operator's noise. With
+    ``credit`` (key -> ``[tries, kept]``, as for literals), each move on each table is drawn in proportion
+    to ``(kept + 1) / (tries + 2)``. Returns the child, its detail line and the move's credit key."""
+    mc = config.mutation
+    src = _Source(code)
+
+    def weight(table: Table, move: str) -> float:
+        tries, kept = credit.get(_table_key(src, table, move), (0, 0)) if credit is not None else (0, 0)
+        return (kept + 1) / (tries + 2)
+
+    try:
+        child, detail, table, move = mutate_table(
+            src, rng, lambda value, r: _noise(value, r, mc), weight if credit is not None else None
+        )
+    except NoTable as exc:
+        raise NotApplicable(str(exc)) from None
+    except TableError as exc:
+        raise MutationError(str(exc)) from None
+    return child, detail, _table_key(src, table, move)
 
 
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -1234,7 +1313,7 @@ class Mutator:
         if not self.weights:
             raise ValueError(
                 "mutation.weights leaves no usable mutation: 'llm' needs an LLM (--llm or llm.models), "
-                "or give a weight to an AST operator (constant, operator, function, crossover)"
+                "or give a weight to an AST operator (constant, operator, function, crossover, table, cmaes)"
             )
         self.kinds = sorted(self.weights)
 
@@ -1365,6 +1444,10 @@ class Mutator:
                     info["sites"] = keys
             elif kind == "operator":
                 child, detail = swap_operator(parent, rng, self.config)
+            elif kind == "table":
+                child, detail, key = table_child(parent, rng, self.config, self.site_credit)
+                if self.site_credit is not None:
+                    info["sites"] = [key]
             elif kind == "function":
                 child, detail = swap_function(parent, rng, self.config)
             elif kind == "crossover":
