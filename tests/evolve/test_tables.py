@@ -140,6 +140,37 @@ def test_entries_a_move_leaves_alone_keep_their_source_text_comments_and_layout(
     assert moves == {"row", "drop", "append"}
 
 
+LAYOUTS = {
+    "a comment line between rows": "    t = [\n        [1.0, 2.0],\n        # note\n        [3.0, 4.0],\n    ]\n",
+    "a row over two lines": "    t = [\n        [1.0,\n         2.0],\n        [3.0, 4.0],\n    ]\n",
+    "two rows on one line": "    t = [\n        [1.0, 2.0], [3.0, 4.0],\n        [5.0, 6.0],\n    ]\n",
+    "rows from the opening bracket on": "    t = [[1.0, 2.0],\n         [3.0, 4.0]]\n",
+    "tuples, closing bracket on the last row": "    t = [\n        (1.0, 2.0),\n        (3.0, 4.0)]\n",
+    "a trailing comma on one line": "    t = [[1, 2], [3, 4],]  # ints\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_every_layout_of_a_table_gives_children_with_the_value_the_move_says(name):
+    code = program(LAYOUTS[name] + "    return np.array(t)\n")
+    parent = returned(code)
+    seen = set()
+    for child, detail in children(code, 40, seed=1):
+        value = returned(child)
+        if "dropped row" in detail:
+            i = int(detail.split("dropped row ")[1].split()[0])
+            assert np.array_equal(value, np.delete(parent, i, axis=0)), (detail, child)
+        elif "appended" in detail:
+            assert np.array_equal(value[:-1], parent), (detail, child)
+        else:
+            i = int(detail.split("of row ")[1].split()[0])
+            assert np.array_equal(np.delete(value, i, axis=0), np.delete(parent, i, axis=0)), (detail, child)
+        seen.add(detail.split(" ")[2])
+    assert seen == {"moved", "appended", "dropped"}
+    if "# note" in code:
+        assert all("        # note\n" in child for child, _ in children(code, 20))
+
+
 def test_a_one_line_table_grows_and_shrinks_on_its_line():
     code = program("    return [0.5, 1.5, 2.5]  # knots\n")
     for child, detail in children(code, 20):
