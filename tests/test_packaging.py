@@ -85,10 +85,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _with_dependencies(installed: dict[str, Path]) -> None:
-    """Let the fresh venv import the test environment's dependencies (not its societas)."""
+    """Let the fresh venv import the test environment's dependencies (not its societas): every
+    site-packages directory the test environment sees, its own and, for a venv made with
+    ``--system-site-packages`` (a GPU user's torch), the system's, where pip then leaves what is there."""
     pth = installed["site"] / "zz_test_dependencies.pth"
     if not pth.exists():
-        pth.write_text(sysconfig.get_paths()["purelib"] + "\n")
+        own = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        seen = [
+            p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()
+        ]
+        dirs = list(dict.fromkeys([*own, *seen]))
+        pth.write_text("".join(d + "\n" for d in dirs))
 
 
 def test_wheel_installs_only_societas_at_the_top_level(installed):
