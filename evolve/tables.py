@@ -2,9 +2,9 @@
 
 Many discovery programs return a construction: points, circles, vectors,
 one per row. Perturbing their numbers one by one moves a construction, but
-never changes how many items it has, and a placeholder seed (the two-row
-start of a kissing configuration, ``np.zeros((21, 3))`` for 21 circles) hides
-its numbers in a constructor. The ``table`` operator works on whole rows.
+never changes how many items it has, and a seed meant for an LLM to rewrite
+(the two-row start of a kissing configuration, ``np.zeros((21, 3))`` for 21
+circles) hides its numbers in a constructor. The ``table`` operator works on whole rows.
 
 A *table* is, inside the evolve blocks,
 
@@ -413,18 +413,10 @@ def find_tables(src: SourceView) -> list[Table]:
             continue
         if value.dtype.kind not in "iuf" or not np.all(np.isfinite(value)):
             continue
-        is_int = value.dtype.kind in "iu"
         flat = value.ndim == 1
-        rows = (
-            [[int(v) if is_int else float(v)] for v in value]
-            if flat
-            else [[int(v) if is_int else float(v) for v in row] for row in value]
-        )
-        alias = (
-            node.func.value.id
-            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-            else "np"
-        )
+        rows = [[v] for v in value.tolist()] if flat else value.tolist()  # Python ints or floats
+        assert isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)  # constructor()
+        alias = node.func.value.id
         dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
         suffix = f", dtype={src.code[slice(*src.span(dtype))]})" if dtype is not None else ")"
         found.append(
@@ -445,8 +437,7 @@ def find_tables(src: SourceView) -> list[Table]:
 
 
 def _indent_of(code: str, offset: int) -> str:
-    line_start = code.rfind("\n", 0, offset) + 1
-    line = code[line_start:offset]
+    line = code[_line_start(code, offset) : offset]
     return line[: len(line) - len(line.lstrip())]
 
 
@@ -464,7 +455,7 @@ def _render(table: Table, texts: list[list[str]], brackets: list[str], src: Sour
     start, _ = src.span(table.node)
     items = [_item(t, b, table.flat) for t, b in zip(texts, brackets)]
     one_line = "[" + ", ".join(items) + "]"
-    column = start - (src.code.rfind("\n", 0, start) + 1)
+    column = start - _line_start(src.code, start)
     if column + len(table.prefix) + len(one_line) <= _MAX_LINE or len(items) < 2:
         return table.prefix + one_line + table.suffix
     indent = _indent_of(src.code, start)
@@ -478,26 +469,27 @@ def _render(table: Table, texts: list[list[str]], brackets: list[str], src: Sour
     )
 
 
-_LINE_TAIL = re.compile(r"[ \t]*,?[ \t]*(#[^\n]*)?$")
+_LINE_TAIL = re.compile(r"[ \t]*,?[ \t]*(#[^\n]*)?")
+
+
+def _line_start(code: str, offset: int) -> int:
+    return code.rfind("\n", 0, offset) + 1
+
+
+def _line_end(code: str, offset: int) -> int:
+    """The offset of the newline ending the line that holds ``offset`` (the code's length on the last)."""
+    end = code.find("\n", offset)
+    return len(code) if end < 0 else end
 
 
 def _own_lines(src: SourceView, rows: list[ast.expr]) -> bool:
     """Whether each row stands on lines of its own (nothing but a comma and a comment after it)."""
-    lines = src.code.splitlines()
+    code = src.code
     for row in rows:
-        before = lines[row.lineno - 1].encode("utf-8")[: row.col_offset].decode("utf-8", errors="replace")
-        after = lines[(row.end_lineno or row.lineno) - 1].encode("utf-8")[row.end_col_offset or 0 :]
-        if before.strip() or not _LINE_TAIL.match(after.decode("utf-8", errors="replace")):
+        a, b = src.span(row)
+        if code[_line_start(code, a) : a].strip() or not _LINE_TAIL.fullmatch(code[b : _line_end(code, b)]):
             return False
     return True
-
-
-def _line_span(code: str, first: int, last: int) -> tuple[int, int]:
-    """Character offsets from the start of line ``first`` to past the newline of line ``last``."""
-    starts = [0]
-    for line in code.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts[first - 1], starts[min(last, len(starts) - 1)]
 
 
 def _edit_literal(table: Table, move: str, i: int, item: str, src: SourceView) -> str:
@@ -510,8 +502,9 @@ def _edit_literal(table: Table, move: str, i: int, item: str, src: SourceView) -
         return code[:a] + item + code[b:]
     own = "\n" in code[slice(*src.span(table.node))] and _own_lines(src, rows)
     if move == "drop":
-        if own:
-            a, b = _line_span(code, rows[i].lineno, rows[i].end_lineno or rows[i].lineno)
+        if own:  # its whole lines, the newline after them included
+            a, b = src.span(rows[i])
+            a, b = _line_start(code, a), min(_line_end(code, b) + 1, len(code))
         elif i + 1 < len(rows):
             a, b = src.span(rows[i])[0], src.span(rows[i + 1])[0]
         else:
@@ -522,7 +515,7 @@ def _edit_literal(table: Table, move: str, i: int, item: str, src: SourceView) -
     if not own:
         return code[:end] + ", " + item + code[end:]
     comma = "" if code[end:].lstrip(" \t").startswith(",") else ","
-    _, after = _line_span(code, last.end_lineno or last.lineno, last.end_lineno or last.lineno)
+    after = min(_line_end(code, end) + 1, len(code))
     return code[:end] + comma + code[end:after] + f"{_indent_of(code, a)}{item},\n" + code[after:]
 
 
