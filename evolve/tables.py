@@ -33,7 +33,14 @@ evaluator fixes is less and less often grown or shrunk:
   its non-zero entries changes sign with chance 1/2 (one at least), the
   symmetry of constructions around the origin (codes, kissing
   configurations, lattices);
-* ``drop`` — one row leaves (tables of two rows or more).
+* ``drop`` — one row leaves (tables of two rows or more);
+* ``spread`` — every row that repeats an earlier one becomes a random
+  convex combination of the table's different rows (weights uniform on the
+  simplex; tables of floats with two different rows and a repeated one).
+  Coincident points come apart, inside the convex hull of the construction:
+  a seed of points stacked on one spot (``np.zeros((11, 2))``, every
+  triangle flat, a score of 0 that no single point's move changes) gets a
+  score once a row move has put two points elsewhere.
 
 A list display is edited in place: the rows a move leaves alone keep their
 text, their comments and their layout (a table written one row per line
@@ -112,11 +119,27 @@ class Table:
 
     def moves(self) -> list[str]:
         """The moves that apply: ``row`` (tables of rows), ``append``, ``reflect`` (a row with a non-zero
-        entry), ``drop`` (two rows or more)."""
+        entry), ``drop`` (two rows or more), ``spread`` (a table of floats with two different rows and a
+        row that repeats an earlier one)."""
         moves = (["row"] if not self.flat else []) + ["append"]
         if any(v != 0 for row in self.rows for v in row):
             moves.append("reflect")
-        return moves + (["drop"] if len(self.rows) >= 2 else [])
+        moves += ["drop"] if len(self.rows) >= 2 else []
+        distinct = len({tuple(r) for r in self.rows})
+        if 2 <= distinct < len(self.rows) and any(isinstance(v, float) for row in self.rows for v in row):
+            moves.append("spread")
+        return moves
+
+    def repeats(self) -> list[int]:
+        """The rows equal to an earlier row."""
+        seen: set[tuple[float | int, ...]] = set()
+        out = []
+        for k, row in enumerate(self.rows):
+            key = tuple(row)
+            if key in seen:
+                out.append(k)
+            seen.add(key)
+        return out
 
 
 def _number(node: ast.expr) -> float | int | None:
@@ -492,14 +515,21 @@ def _own_lines(src: SourceView, rows: list[ast.expr]) -> bool:
     return True
 
 
-def _edit_literal(table: Table, move: str, i: int, item: str, src: SourceView) -> str:
+def _edit_literal(table: Table, move: str, i: int, items: list[str], src: SourceView) -> str:
     """The child of a list-display table by the smallest edit, so the rows a move leaves alone keep their
-    text, their comments and their layout (``item``: the moved or added row's text)."""
+    text, their comments and their layout (``items``: the child's rows as text; ``i``: the row moved,
+    dropped or copied; for ``spread``, every repeated row moves)."""
+    item = items[-1] if move in ("append", "reflect") else items[i] if move == "row" else ""
     assert table.row_nodes is not None
     rows, code = table.row_nodes, src.code
     if move == "row":
         a, b = src.span(rows[i])
         return code[:a] + item + code[b:]
+    if move == "spread":  # from the last row, so the earlier spans still hold
+        for k in reversed(table.repeats()):
+            a, b = src.span(rows[k])
+            code = code[:a] + items[k] + code[b:]
+        return code
     own = "\n" in code[slice(*src.span(table.node))] and _own_lines(src, rows)
     if move == "drop":
         if own:  # its whole lines, the newline after them included
@@ -525,7 +555,12 @@ Perturb = Callable[[float | int, random.Random], float | int]
 def _moved(value: float | int, rng: random.Random, perturb: Perturb) -> str:
     """``value`` moved by the constant operator's noise, written as that operator writes it."""
     new = perturb(value, rng)
-    return str(int(new)) if isinstance(value, int) else repr(float(f"{float(new):.6g}"))
+    return str(int(new)) if isinstance(value, int) else _short(new)
+
+
+def _short(value: float | int) -> str:
+    """A moved float as the ``constant`` operator writes it: six significant digits."""
+    return repr(float(f"{float(value):.6g}"))
 
 
 def mutate_table(
@@ -560,11 +595,28 @@ def mutate_table(
     brackets = list(table.brackets)
     if move == "reflect":
         i = rng.choice([k for k, r in enumerate(table.rows) if any(v != 0 for v in r)])
+    elif move == "spread":
+        i = 0  # every repeated row moves
     else:
         i = rng.randrange(len(table.rows))
     row = table.rows[i]
     what, whats = ("entry", "entries") if table.flat else ("row", "rows")
-    if move == "row":
+    if move == "spread":
+        repeats = table.repeats()
+        repeated = set(repeats)
+        distinct = [r for k, r in enumerate(table.rows) if k not in repeated]
+        for k in repeats:
+            weights = [rng.expovariate(1.0) for _ in distinct]  # uniform on the simplex
+            total = sum(weights)
+            texts[k] = [
+                _short(sum(w * float(r[j]) for w, r in zip(weights, distinct)) / total)
+                for j in range(len(row))
+            ]
+        done = (
+            f"spread {len(repeats)} repeated {whats if len(repeats) > 1 else what} to random convex "
+            f"combinations of the {len(distinct)} different {whats}"
+        )
+    elif move == "row":
         texts[i] = [_moved(v, rng, perturb) for v in row]
         done = f"moved every entry of row {i}"
     elif move == "drop":
@@ -594,7 +646,6 @@ def mutate_table(
         shape = f"{len(table.rows)}" if table.flat else f"{len(table.rows)}x{len(table.rows[0])}"
         done = f"wrote out {table.constructor} as a {shape} table, then {done}"
     else:
-        k = len(texts) - 1 if move in ("append", "reflect") else i
-        item = "" if move == "drop" else _item(texts[k], brackets[k], table.flat)
-        child = _edit_literal(table, move, i, item, src)
+        items = [_item(t, b, table.flat) for t, b in zip(texts, brackets)]
+        child = _edit_literal(table, move, i, items, src)
     return child, f"line {line}: {done} ({len(texts)} {whats} now)", table, move

@@ -1,4 +1,5 @@
-"""The ``table`` operator: numeric tables of the evolve blocks grow, shrink and move a row at a time.
+"""The ``table`` operator: numeric tables of the evolve blocks grow, shrink, move a row at a time and
+spread rows that coincide.
 
 Every child is checked by running it (the programs here are the tests' own)
 and comparing the array it returns with the parent's, computed by numpy
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.optimize
 
 from societas.evolve.config import MUTATION_KINDS, EvolveConfig, load_config, parse_config
 from societas.evolve.controller import Controller
@@ -41,6 +43,27 @@ def program(body: str) -> str:
 def children(code: str, count: int = 60, seed: int = 0) -> list[tuple[str, str]]:
     rng = random.Random(seed)
     return [table_child(code, rng, EvolveConfig())[:2] for _ in range(count)]
+
+
+def spread_check(parent: np.ndarray, child: np.ndarray, detail: str) -> bool:
+    """Whether ``detail`` is a ``spread`` move, after checking it is what it says: every row that repeats
+    an earlier row of the parent is now a convex combination of the parent's different rows (found by
+    non-negative least squares, weights summing to 1), and every other row is as it was."""
+    if "repeated" not in detail:
+        return False
+    two_d = lambda a: np.atleast_2d(a.T).T.astype(float)  # noqa: E731
+    parent2, child2 = two_d(parent), two_d(child)
+    assert child2.shape == parent2.shape, detail
+    distinct = np.unique(parent2, axis=0)
+    for k, (old, new) in enumerate(zip(parent2, child2)):
+        if not any(np.array_equal(old, earlier) for earlier in parent2[:k]):
+            assert np.array_equal(old, new), (detail, k)
+            continue
+        # weights w >= 0 with distinct.T @ w = new and sum(w) = 1 (the sum row weighted up)
+        system = np.vstack([distinct.T, 100.0 * np.ones(len(distinct))])
+        weights, residual = scipy.optimize.nnls(system, np.append(new, 100.0))
+        assert residual < 1e-4 * (1 + np.abs(parent2).max()), (detail, k, new)
+    return True
 
 
 def row_changes(parent: np.ndarray, child: np.ndarray) -> tuple[int, int]:
@@ -343,3 +366,122 @@ def test_a_kissing_configuration_grows_from_its_two_point_seed_without_an_llm(tm
     norms = (points**2).sum(axis=1)
     assert all(((a - b) ** 2).sum() >= norms.max() for i, a in enumerate(points) for b in points[i + 1 :])
     assert any(p.mutation.get("kind") == "table" for p in programs)
+
+
+def test_rows_that_repeat_an_earlier_row_spread_to_convex_combinations_of_the_different_rows():
+    """Eight points stacked on a corner of a triangle whose other corners are points too: a ``spread``
+    child has eleven different points inside the triangle, in general position, and the rows that did
+    not repeat keep their text and comments."""
+    rows = "".join("        [0.0, 0.0],\n" for _ in range(8))
+    code = program(
+        "    pts = [\n        [0.0, 0.0],  # corner\n" + rows + "        [1.0, 0.0],  # right\n"
+        "        [0.5, 0.8],  # top\n    ]\n    return np.array(pts)\n"
+    )
+    parent = returned(code)
+    (table,) = table_sites(code)
+    assert table.moves() == ["row", "append", "reflect", "drop", "spread"] and table.repeats() == list(
+        range(1, 9)
+    )
+    spread = [
+        (child, detail)
+        for child, detail in children(code, 60)
+        if spread_check(parent, returned(child), detail)
+    ]
+    assert len(spread) >= 6  # one move of five
+    for child, detail in spread:
+        points = returned(child)
+        assert "spread 8 repeated rows to random convex combinations of the 3 different rows" in detail
+        assert len(np.unique(points, axis=0)) == 11
+        areas = [
+            abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2
+            for i, a in enumerate(points)
+            for j, b in enumerate(points[i + 1 :], i + 1)
+            for c in points[j + 1 :]
+        ]
+        assert min(areas) > 0, detail  # no three in line: a Heilbronn score above 0
+        for line in ("[0.0, 0.0],  # corner", "[1.0, 0.0],  # right", "[0.5, 0.8],  # top"):
+            assert f"        {line}\n" in child
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    return np.array([[0, 0], [0, 0], [1, 2]])\n",  # integers: a convex combination is not one
+        "    return np.zeros((4, 2))\n",  # one row four times: nothing to combine
+        "    return np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])\n",  # no row repeats
+    ],
+)
+def test_spread_needs_floats_two_different_rows_and_a_repeat(body):
+    (table,) = table_sites(program(body))
+    assert "spread" not in table.moves()
+    assert not any("repeated" in detail for _, detail in children(program(body), 40))
+
+
+def _heilbronn_task(root: Path, n: int, iterations: int) -> Path:
+    """OpenEvolve's Heilbronn-in-a-triangle contract for ``n`` points, its seed all ``n`` at one corner
+    (score 0: every triangle is flat) and a point outside the triangle an evaluator ``error``."""
+    root.mkdir()
+    (root / "initial_program.py").write_text(program(f"    n = {n}\n    return np.zeros((n, 2))\n"))
+    (root / "evaluator.py").write_text(
+        "import importlib.util, itertools\nimport numpy as np\n\n\n"
+        "def evaluate(program_path):\n"
+        "    spec = importlib.util.spec_from_file_location('program', program_path)\n"
+        "    module = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(module)\n"
+        "    p = np.asarray(module.build(), dtype=float)\n"
+        f"    if p.shape != ({n}, 2):\n"
+        "        return {'combined_score': 0.0, 'error': f'shape {p.shape}'}\n"
+        "    x, y = p[:, 0], p[:, 1]\n"
+        "    if (y < -1e-9).any() or (y > np.sqrt(3) * x + 1e-9).any() or (y > np.sqrt(3) * (1 - x) + 1e-9).any():\n"
+        "        return {'combined_score': 0.0, 'error': 'a point outside the triangle'}\n"
+        "    area = min(abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2\n"
+        "               for a, b, c in itertools.combinations(p, 3))\n"
+        "    return {'combined_score': float(area / (np.sqrt(3) / 4))}\n"
+    )
+    (root / "config.yaml").write_text(
+        f"max_iterations: {iterations}\nrandom_seed: 1\ndatabase:\n  num_islands: 1\n"
+        "mutation:\n  weights: {table: 1.0, constant: 1.0}\n"
+    )
+    return root
+
+
+def test_points_stacked_on_one_corner_come_apart_to_a_heilbronn_score_without_an_llm(tmp_path):
+    """The seed scores 0 and moving one point leaves it at 0 (every triangle through the corner's other
+    points is flat); row moves and then a spread reach a score above 0, checked here by hand on the
+    returned points, not only by the run's own evaluator."""
+    n = 5
+    task = load_task(_heilbronn_task(tmp_path / "task", n, 64))
+    config = load_config(task.config_path)
+    config.llm.models = []
+    controller = Controller(task, config, tmp_path / "run")
+    try:
+        controller.run()
+    finally:
+        controller.close()
+    store = ProgramStore(tmp_path / "run" / "programs.db")
+    try:
+        programs = store.programs()
+    finally:
+        store.close()
+    seed = next(p for p in programs if p.iteration == 0)
+    best = max((p for p in programs if p.fitness is not None), key=lambda p: p.fitness)
+    assert seed.fitness == 0.0 and best.fitness > 0.0
+    points = returned(best.code)
+    assert points.shape == (n, 2)
+    x, y = points[:, 0], points[:, 1]
+    assert (
+        (y >= -1e-9).all() and (y <= np.sqrt(3) * x + 1e-9).all() and (y <= np.sqrt(3) * (1 - x) + 1e-9).all()
+    )
+    smallest = min(
+        abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2
+        for i, a in enumerate(points)
+        for j, b in enumerate(points[i + 1 :], i + 1)
+        for c in points[j + 1 :]
+    )
+    assert smallest > 0 and best.fitness == pytest.approx(smallest / (np.sqrt(3) / 4), rel=1e-9)
+    lineage = {p.id: p for p in programs}
+    kinds, node = [], best
+    while node.parent_id is not None:
+        kinds.append(node.mutation.get("detail", ""))
+        node = lineage[node.parent_id]
+    assert any("repeated" in detail for detail in kinds), kinds  # a spread is on the way to the best
