@@ -314,6 +314,36 @@ def test_moves_are_drawn_by_their_credit_under_a_key_that_survives_growth_and_wr
     assert sum("dropped" in d for d in again) / len(again) < 0.1
 
 
+# an evaluator's opening: the program at ``program_path`` loaded as ``module``
+EVALUATOR_HEAD = (
+    "import importlib.util, itertools\nimport numpy as np\n\n\n"
+    "def evaluate(program_path):\n"
+    "    spec = importlib.util.spec_from_file_location('program', program_path)\n"
+    "    module = importlib.util.module_from_spec(spec)\n"
+    "    spec.loader.exec_module(module)\n"
+)
+
+
+def run_without_llm(root: Path, run_dir: Path) -> tuple[list[Program], Program, Program]:
+    """Run the task folder's config with the LLM-free operators: ``(every program, the seed, the best)``."""
+    task = load_task(root)
+    config = load_config(task.config_path)
+    config.llm.models = []
+    controller = Controller(task, config, run_dir)
+    try:
+        controller.run()
+    finally:
+        controller.close()
+    store = ProgramStore(run_dir / "programs.db")
+    try:
+        programs = store.programs()
+    finally:
+        store.close()
+    seed = next(p for p in programs if p.iteration == 0)
+    best = max((p for p in programs if p.fitness is not None), key=lambda p: p.fitness)
+    return programs, seed, best
+
+
 def _kissing_task(root: Path) -> Path:
     """OpenEvolve's kissing-number contract in 4 dimensions: integer points whose largest norm is at most
     their smallest distance apart, scored by how many there are; the seed is two opposite points."""
@@ -322,12 +352,7 @@ def _kissing_task(root: Path) -> Path:
         program("    d = 4\n    return np.array([np.ones(d), -1 * np.ones(d)]).astype(np.int64)\n")
     )
     (root / "evaluator.py").write_text(
-        "import importlib.util, itertools\nimport numpy as np\n\n\n"
-        "def evaluate(program_path):\n"
-        "    spec = importlib.util.spec_from_file_location('program', program_path)\n"
-        "    module = importlib.util.module_from_spec(spec)\n"
-        "    spec.loader.exec_module(module)\n"
-        "    points = np.around(np.asarray(module.build())).astype(np.int64)\n"
+        EVALUATOR_HEAD + "    points = np.around(np.asarray(module.build())).astype(np.int64)\n"
         "    if points.ndim != 2 or points.shape[1] != 4:\n"
         "        return {'combined_score': 0.0, 'error': f'shape {points.shape}'}\n"
         "    norms = (points ** 2).sum(axis=1)\n"
@@ -345,21 +370,7 @@ def _kissing_task(root: Path) -> Path:
 def test_a_kissing_configuration_grows_from_its_two_point_seed_without_an_llm(tmp_path):
     """The table operator adds valid points to a two-point seed; every score is the evaluator's own check
     of the configuration."""
-    task = load_task(_kissing_task(tmp_path / "task"))
-    config = load_config(task.config_path)
-    config.llm.models = []
-    controller = Controller(task, config, tmp_path / "run")
-    try:
-        controller.run()
-    finally:
-        controller.close()
-    store = ProgramStore(tmp_path / "run" / "programs.db")
-    try:
-        programs = store.programs()
-    finally:
-        store.close()
-    seed = next(p for p in programs if p.iteration == 0)
-    best = max((p for p in programs if p.fitness is not None), key=lambda p: p.fitness)
+    programs, seed, best = run_without_llm(_kissing_task(tmp_path / "task"), tmp_path / "run")
     assert seed.fitness == 2.0 and best.fitness >= 4.0
     points = returned(best.code)
     assert len(points) == best.fitness
@@ -423,12 +434,7 @@ def _heilbronn_task(root: Path, n: int, iterations: int) -> Path:
     root.mkdir()
     (root / "initial_program.py").write_text(program(f"    n = {n}\n    return np.zeros((n, 2))\n"))
     (root / "evaluator.py").write_text(
-        "import importlib.util, itertools\nimport numpy as np\n\n\n"
-        "def evaluate(program_path):\n"
-        "    spec = importlib.util.spec_from_file_location('program', program_path)\n"
-        "    module = importlib.util.module_from_spec(spec)\n"
-        "    spec.loader.exec_module(module)\n"
-        "    p = np.asarray(module.build(), dtype=float)\n"
+        EVALUATOR_HEAD + "    p = np.asarray(module.build(), dtype=float)\n"
         f"    if p.shape != ({n}, 2):\n"
         "        return {'combined_score': 0.0, 'error': f'shape {p.shape}'}\n"
         "    x, y = p[:, 0], p[:, 1]\n"
@@ -450,21 +456,7 @@ def test_points_stacked_on_one_corner_come_apart_to_a_heilbronn_score_without_an
     points is flat); row moves and then a spread reach a score above 0, checked here by hand on the
     returned points, not only by the run's own evaluator."""
     n = 5
-    task = load_task(_heilbronn_task(tmp_path / "task", n, 64))
-    config = load_config(task.config_path)
-    config.llm.models = []
-    controller = Controller(task, config, tmp_path / "run")
-    try:
-        controller.run()
-    finally:
-        controller.close()
-    store = ProgramStore(tmp_path / "run" / "programs.db")
-    try:
-        programs = store.programs()
-    finally:
-        store.close()
-    seed = next(p for p in programs if p.iteration == 0)
-    best = max((p for p in programs if p.fitness is not None), key=lambda p: p.fitness)
+    programs, seed, best = run_without_llm(_heilbronn_task(tmp_path / "task", n, 64), tmp_path / "run")
     assert seed.fitness == 0.0 and best.fitness > 0.0
     points = returned(best.code)
     assert points.shape == (n, 2)
