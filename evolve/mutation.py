@@ -48,7 +48,8 @@ to one backend are sent in one ``generate`` call.
 * ``table`` — one table of numbers (a list display of numbers or of rows of
   numbers, or a numpy constructor the literals fix, first written out) grows,
   shrinks or moves a row: a point or a circle of a construction moves as one,
-  a copy of a row (moved, or reflected) joins, a row leaves
+  a copy of a row (moved, or reflected) joins, a row leaves, or rows that
+  repeat an earlier one spread to random convex combinations of the others
   (:mod:`societas.evolve.tables`); each move on each table is drawn by its
   credit, as literals are;
 * ``cmaes`` — CMA-ES over all numeric literals of an island's elite at once
@@ -856,8 +857,8 @@ def _table_key(src: _Source, table: Table, move: str) -> str:
 def table_child(
     code: str, rng: random.Random, config: EvolveConfig, credit: Mapping[str, Sequence[int]] | None = None
 ) -> tuple[str, str, str]:
-    """The ``table`` operator: one table of the evolve blocks grows, shrinks or moves a row
-    (:mod:`societas.evolve.tables`); its numbers move by the ``constant`` operator's noise. With
+    """The ``table`` operator: one table of the evolve blocks grows, shrinks, moves a row or spreads its
+    repeated rows (:mod:`societas.evolve.tables`); its numbers move by the ``constant`` operator's noise. With
     ``credit`` (key -> ``[tries, kept]``, as for literals), each move on each table is drawn in proportion
     to ``(kept + 1) / (tries + 2)``. Returns the child, its detail line and the move's credit key."""
     mc = config.mutation

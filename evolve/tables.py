@@ -40,7 +40,7 @@ evaluator fixes is less and less often grown or shrunk:
   Coincident points come apart, inside the convex hull of the construction:
   a seed of points stacked on one spot (``np.zeros((11, 2))``, every
   triangle flat, a score of 0 that no single point's move changes) gets a
-  score once a row move has put two points elsewhere.
+  score once row moves have put two points elsewhere, not in line with it.
 
 A list display is edited in place: the rows a move leaves alone keep their
 text, their comments and their layout (a table written one row per line
@@ -125,8 +125,12 @@ class Table:
         if any(v != 0 for row in self.rows for v in row):
             moves.append("reflect")
         moves += ["drop"] if len(self.rows) >= 2 else []
-        distinct = len({tuple(r) for r in self.rows})
-        if 2 <= distinct < len(self.rows) and any(isinstance(v, float) for row in self.rows for v in row):
+        repeats = len(self.repeats())
+        if (
+            repeats
+            and len(self.rows) - repeats >= 2
+            and any(isinstance(v, float) for r in self.rows for v in r)
+        ):
             moves.append("spread")
         return moves
 
@@ -515,18 +519,16 @@ def _own_lines(src: SourceView, rows: list[ast.expr]) -> bool:
     return True
 
 
-def _edit_literal(table: Table, move: str, i: int, items: list[str], src: SourceView) -> str:
+def _edit_literal(
+    table: Table, move: str, i: int, items: list[str], rewritten: list[int], src: SourceView
+) -> str:
     """The child of a list-display table by the smallest edit, so the rows a move leaves alone keep their
-    text, their comments and their layout (``items``: the child's rows as text; ``i``: the row moved,
-    dropped or copied; for ``spread``, every repeated row moves)."""
-    item = items[-1] if move in ("append", "reflect") else items[i] if move == "row" else ""
+    text, their comments and their layout (``items``: the child's rows as text; ``rewritten``: the rows a
+    ``row`` or ``spread`` move changed in place, in order; ``i``: the row dropped or copied)."""
     assert table.row_nodes is not None
     rows, code = table.row_nodes, src.code
-    if move == "row":
-        a, b = src.span(rows[i])
-        return code[:a] + item + code[b:]
-    if move == "spread":  # from the last row, so the earlier spans still hold
-        for k in reversed(table.repeats()):
+    if rewritten:  # from the last row, so the earlier spans still hold
+        for k in reversed(rewritten):
             a, b = src.span(rows[k])
             code = code[:a] + items[k] + code[b:]
         return code
@@ -540,8 +542,7 @@ def _edit_literal(table: Table, move: str, i: int, items: list[str], src: Source
         else:
             a, b = src.span(rows[i - 1])[1], src.span(rows[i])[1]
         return code[:a] + code[b:]
-    last = rows[-1]
-    a, end = src.span(last)
+    item, (a, end) = items[-1], src.span(rows[-1])  # the copy joins after the last row
     if not own:
         return code[:end] + ", " + item + code[end:]
     comma = "" if code[end:].lstrip(" \t").startswith(",") else ","
@@ -596,13 +597,14 @@ def mutate_table(
     if move == "reflect":
         i = rng.choice([k for k, r in enumerate(table.rows) if any(v != 0 for v in r)])
     elif move == "spread":
-        i = 0  # every repeated row moves
+        i = 0  # no one row: every repeated row moves
     else:
         i = rng.randrange(len(table.rows))
     row = table.rows[i]
     what, whats = ("entry", "entries") if table.flat else ("row", "rows")
+    rewritten: list[int] = []  # the rows changed in place
     if move == "spread":
-        repeats = table.repeats()
+        rewritten = repeats = table.repeats()
         repeated = set(repeats)
         distinct = [r for k, r in enumerate(table.rows) if k not in repeated]
         for k in repeats:
@@ -618,6 +620,7 @@ def mutate_table(
         )
     elif move == "row":
         texts[i] = [_moved(v, rng, perturb) for v in row]
+        rewritten = [i]
         done = f"moved every entry of row {i}"
     elif move == "drop":
         del texts[i]
@@ -647,5 +650,5 @@ def mutate_table(
         done = f"wrote out {table.constructor} as a {shape} table, then {done}"
     else:
         items = [_item(t, b, table.flat) for t, b in zip(texts, brackets)]
-        child = _edit_literal(table, move, i, items, src)
+        child = _edit_literal(table, move, i, items, rewritten, src)
     return child, f"line {line}: {done} ({len(texts)} {whats} now)", table, move
