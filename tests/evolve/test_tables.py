@@ -8,6 +8,7 @@ directly, not with what the operator says it did.
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -61,9 +62,17 @@ def spread_check(parent: np.ndarray, child: np.ndarray, detail: str) -> bool:
             continue
         # weights w >= 0 with distinct.T @ w = new and sum(w) = 1 (the sum row weighted up)
         system = np.vstack([distinct.T, 100.0 * np.ones(len(distinct))])
-        weights, residual = scipy.optimize.nnls(system, np.append(new, 100.0))
+        _, residual = scipy.optimize.nnls(system, np.append(new, 100.0))
         assert residual < 1e-4 * (1 + np.abs(parent2).max()), (detail, k, new)
     return True
+
+
+def smallest_triangle(points: np.ndarray) -> float:
+    """The smallest area of a triangle of three of ``points`` (2-D), by the shoelace formula."""
+    return min(
+        abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2
+        for a, b, c in itertools.combinations(points, 3)
+    )
 
 
 def row_changes(parent: np.ndarray, child: np.ndarray) -> tuple[int, int]:
@@ -403,13 +412,7 @@ def test_rows_that_repeat_an_earlier_row_spread_to_convex_combinations_of_the_di
         points = returned(child)
         assert "spread 8 repeated rows to random convex combinations of the 3 different rows" in detail
         assert len(np.unique(points, axis=0)) == 11
-        areas = [
-            abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2
-            for i, a in enumerate(points)
-            for j, b in enumerate(points[i + 1 :], i + 1)
-            for c in points[j + 1 :]
-        ]
-        assert min(areas) > 0, detail  # no three in line: a Heilbronn score above 0
+        assert smallest_triangle(points) > 0, detail  # no three in line: a Heilbronn score above 0
         for line in ("[0.0, 0.0],  # corner", "[1.0, 0.0],  # right", "[0.5, 0.8],  # top"):
             assert f"        {line}\n" in child
 
@@ -464,12 +467,7 @@ def test_points_stacked_on_one_corner_come_apart_to_a_heilbronn_score_without_an
     assert (
         (y >= -1e-9).all() and (y <= np.sqrt(3) * x + 1e-9).all() and (y <= np.sqrt(3) * (1 - x) + 1e-9).all()
     )
-    smallest = min(
-        abs((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])) / 2
-        for i, a in enumerate(points)
-        for j, b in enumerate(points[i + 1 :], i + 1)
-        for c in points[j + 1 :]
-    )
+    smallest = smallest_triangle(points)
     assert smallest > 0 and best.fitness == pytest.approx(smallest / (np.sqrt(3) / 4), rel=1e-9)
     lineage = {p.id: p for p in programs}
     kinds, node = [], best
