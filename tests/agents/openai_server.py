@@ -69,7 +69,10 @@ no numbers).
 Every chat request is recorded (``.requests``, ``.headers``) whatever
 happens to it, as is the path of every ``GET`` (``.gets``), and the server
 counts requests in flight (``.max_in_flight``) so that tests can check a
-client's concurrency limit, and response bytes
+client's concurrency limit (with ``gather``, each chat request is held until
+that many are in flight at once, for ``gather_timeout_s`` at most, so a
+client that sends them together is seen to, however slowly a loaded machine
+starts its threads), and response bytes
 written to sockets (``.bytes_sent``, headers excluded) so that tests can check
 how much of an answer a client read before it gave up.
 """
@@ -287,6 +290,8 @@ class OpenAITestServer:
         context_length: int | None = None,
         list_context_length: bool = True,
         context_error: str = "vllm",
+        gather: int | None = None,
+        gather_timeout_s: float = 10.0,
     ) -> None:
         if not callable(responder):
             raise TypeError(f"responder must be callable, got {type(responder).__name__}")
@@ -298,6 +303,10 @@ class OpenAITestServer:
             raise ValueError(f"prefix must start with '/', got {prefix!r}")
         if context_length is not None and context_length < 1:
             raise ValueError(f"context_length must be >= 1 or None, got {context_length}")
+        if gather is not None and gather < 1:
+            raise ValueError(f"gather must be >= 1 or None, got {gather}")
+        if gather_timeout_s <= 0:
+            raise ValueError(f"gather_timeout_s must be > 0, got {gather_timeout_s}")
         if context_error not in _CONTEXT_ERRORS:
             raise ValueError(f"context_error must be one of {_CONTEXT_ERRORS}, got {context_error!r}")
         self.responder = responder
@@ -311,8 +320,11 @@ class OpenAITestServer:
         self.context_length = context_length
         self.list_context_length = list_context_length
         self.context_error = context_error
+        self.gather = gather
+        self.gather_timeout_s = float(gather_timeout_s)
         self._pass_index = _wants_sample_index(responder)
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # notified as each chat request comes in
         self._faults: deque[tuple] = deque(_check_fault(f) for f in (faults or ()))
         self._requests: list[dict] = []
         self._headers: list[dict[str, str]] = []
@@ -349,6 +361,8 @@ class OpenAITestServer:
         if httpd is None:
             return
         self._stop.set()
+        with self._arrived:  # requests held for ``gather`` stop waiting
+            self._arrived.notify_all()
         httpd.shutdown()
         httpd.server_close()
         with self._lock:
@@ -493,6 +507,12 @@ class OpenAITestServer:
                 self._faults_served.append(fault)
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            if self.gather is not None:
+                self._arrived.notify_all()
+                self._arrived.wait_for(
+                    lambda: self._in_flight >= (self.gather or 0) or self._stop.is_set(),
+                    timeout=self.gather_timeout_s,
+                )
         try:
             if self.delay_s and self._stop.wait(self.delay_s):
                 h.close_connection = True
