@@ -333,14 +333,31 @@ class MutationConfig(_Section):
         }
     )
     constant_sigma: float = Field(0.3, gt=0, description="std of the log-normal multiplicative noise")
-    additive_probability: float = Field(0.25, ge=0, le=1, description="chance a constant gets additive noise")
-    max_constants: int = Field(3, ge=1, description="at most this many constants change per mutation")
+    additive_probability: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="chance a constant gets additive noise (an integer under 10 in size always moves by one)",
+    )
+    max_constants: int = Field(
+        3,
+        ge=1,
+        description="at most this many constants change per mutation (one with chance 1/2, each further one "
+        "half as likely as the one before)",
+    )
     perturb_ints: bool = True
     site_credit: bool = Field(
         True,
         description="draw the constant operator's literals, and the table operator's moves on each table, by "
         "what their earlier changes gave in this run: a literal or move whose changes keep making children "
         "worse than their parent, or invalid (an evaluator's 'error' entry), is drawn less often",
+    )
+    exhausted_after: int = Field(
+        4,
+        ge=0,
+        description="with site_credit: a literal whose every change to a working program (scored, no evaluator "
+        "'error') broke it (a failure or an 'error'), this many times or more, is left alone by the constant "
+        "operator, which hands the child to another operator when no literal is left (0: never)",
     )
     cmaes_sigma: float = Field(
         0.3, gt=0, description="CMA-ES's initial step, in units of each literal's magnitude (at least 0.1)"
@@ -433,9 +450,11 @@ class NoveltyConfig(_Section):
     A rejected child of an LLM-free operator (``constant``, ``operator``,
     ``function``, ``crossover``, ``blocks``) costs nothing to make again: it
     is drawn again from the same parent, up to ``redraws`` times, so that a
-    duplicate does not use up an iteration. LLM children and CMA-ES samples
-    are not redrawn (the first costs a model call, the second is one sample
-    of a running CMA-ES generation).
+    duplicate does not use up an iteration: the first time by the same
+    operator, then by another LLM-free one (an operator that keeps remaking
+    programs already held, on a parent with few literals, hands over). LLM
+    children and CMA-ES samples are not redrawn (the first costs a model
+    call, the second is one sample of a running CMA-ES generation).
     """
 
     enabled: bool = True

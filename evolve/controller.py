@@ -703,6 +703,7 @@ class Controller:
             if self.novelty is not None and result.code is not None:
                 verdict = self._novelty_check(request, result)
                 attempt = 0
+                duplicated: list[str] = []  # the operators whose children were rejected
                 # A duplicate made by an LLM-free operator is drawn again (it costs no model call).
                 while (
                     not verdict.novel
@@ -710,7 +711,8 @@ class Controller:
                     and attempt < self.config.novelty.redraws
                 ):
                     attempt += 1
-                    again = self.mutator.redraw(request, attempt)
+                    duplicated.append(str(result.info.get("kind", request.kind)))
+                    again = self.mutator.redraw(request, attempt, duplicated)
                     if again.code is None:
                         continue
                     redrawn.append(verdict.reason)
@@ -985,10 +987,13 @@ class Controller:
         )
 
     def _credit_sites(self, program: Program) -> None:
-        """Credit the literals a ``constant`` child changed: kept when the child, fully evaluated, is at least
-        as fit as its parent and its evaluator reported no ``error`` (OpenEvolve's evaluators score an
-        invalid program 0 with an ``error`` entry). A failure, or a child the cascade stopped early, is not
-        kept."""
+        """Credit the literals a ``constant`` child changed (and the table move a ``table`` child made):
+        kept when the child, fully evaluated, is at least as fit as its parent and its evaluator reported no
+        ``error`` (OpenEvolve's evaluators score an invalid program 0 with an ``error`` entry). A failure, or
+        a child the cascade stopped early, is not kept. Changes made to a working parent (scored, no
+        ``error``) are also counted apart, with those of them that broke it (a failure or an ``error``):
+        the entry is ``[tries, kept, tries on a working parent, of them broken]``
+        (:func:`~societas.evolve.mutation.exhausted`)."""
         credit, sites = self.mutator.site_credit, program.mutation.get("sites")
         if credit is None or not sites or program.status == "mutation_failed":
             return
@@ -1002,10 +1007,14 @@ class Controller:
             and program.fitness is not None
             and program.fitness >= parent.fitness
         )
+        working = parent.ok and "error" not in parent.artifacts
+        broken = not program.ok or "error" in program.artifacts
         for key in sites:
-            entry = credit.setdefault(str(key), [0, 0])
+            entry = credit.setdefault(str(key), [0, 0, 0, 0])
             entry[0] += 1
             entry[1] += kept
+            entry[2] += working
+            entry[3] += working and broken
 
     def _count_operator(self, program: Program) -> None:
         """Count a child (iteration > 0) for its mutation kind (before it enters the islands)."""

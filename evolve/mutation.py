@@ -23,15 +23,20 @@ to one backend are sent in one ``generate`` call.
 
 **AST operators** (no LLM), each confined to the evolve blocks and seeded:
 
-* ``constant`` — perturb 1..``max_constants`` literals: numbers by
+* ``constant`` — perturb 1..``max_constants`` literals (one with chance
+  1/2, each further one half as likely as the one before: a change that
+  helps alone is not lost to another drawn with it): numbers by
   multiplicative log-normal noise ``x * exp(N(0, sigma))`` or additive
-  ``x + N(0, sigma)`` (integers move by one or scale and round); a string
+  ``x + N(0, sigma)`` (an integer under 10 in size moves by one, a larger
+  one by one or scaled and rounded); a string
   that the evolve block names among alternatives (in one comment, or in one
   list, tuple or set of strings: ``# loader: ['csv_reader', 'json_reader']``)
   becomes another of them (:func:`choice_sites`). The literals are drawn
   statement by statement: each statement of the blocks is as likely to be
   touched as any other, so a lone size or bound is not drowned out by the
-  dozens of numbers of one array literal;
+  dozens of numbers of one array literal. A literal of a local name nothing
+  reads is left alone, and so is one whose every change (``exhausted_after``
+  of them) broke a working program: a point count the evaluator checks;
 * ``operator`` — swap one arithmetic operator (``+ - * /``), one comparison
   (``< <= > >=``) or ``min``/``max``;
 * ``function`` — swap a called function for its partner from
@@ -123,6 +128,7 @@ __all__ = [
     "build_prompt",
     "cmaes_children",
     "cmaes_rank_key",
+    "exhausted",
     "line_sites",
     "crossover",
     "numeric_sites",
@@ -539,8 +545,14 @@ def perturb_constants(code: str, rng: random.Random, config: EvolveConfig) -> tu
 def perturb_constants_at(
     code: str, rng: random.Random, config: EvolveConfig, credit: Mapping[str, Sequence[int]] | None = None
 ) -> tuple[str, str, list[str]]:
-    """:func:`perturb_constants`, drawing by ``credit`` (site key -> ``[tries, kept]``) where given; also
-    returns the keys (:func:`_site_keys`) of the literals it changed."""
+    """:func:`perturb_constants`, drawing by ``credit`` (site key -> ``[tries, kept, tries on a working
+    parent, of them broken]``, as the controller keeps it) where given; also returns the keys
+    (:func:`_site_keys`) of the literals it changed.
+
+    Two kinds of literal are left alone: one assigned to a local name that nothing reads
+    (:func:`_unread_literals`: its change cannot change what the program does), and, with ``credit``,
+    one whose every change to a working program broke it (:func:`exhausted`). With none left the
+    operator does not apply (:class:`NotApplicable`), and the child goes to another operator."""
     mc = config.mutation
     src = _Source(code)
     numbers = numeric_sites(code, config, src)
@@ -550,7 +562,29 @@ def perturb_constants_at(
         raise NotApplicable(
             "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
         )
-    drawn = _balanced_sample(sites, rng.randint(1, min(mc.max_constants, len(sites))), src, rng, credit)
+    dead = _unread_literals(src)
+    if dead and all(id(site) in dead for site in sites):
+        raise NotApplicable(
+            "every literal inside the evolve blocks is assigned to a local name nothing reads"
+        )
+    owner = _statement_of(src)
+    # Keys from every site, so a literal keeps its key (its rank in its statement) whatever is left out.
+    keyed = [
+        (site, key)
+        for site, key in zip(sites, _site_keys([owner.get(id(site), site) for site in sites]))
+        if id(site) not in dead
+    ]
+    if credit is not None and mc.exhausted_after:
+        keyed = [(site, key) for site, key in keyed if not exhausted(credit.get(key), mc.exhausted_after)]
+        if not keyed:
+            raise NotApplicable(
+                f"every literal inside the evolve blocks has broken a working program each of the "
+                f"{mc.exhausted_after} or more times it was changed (mutation.exhausted_after)"
+            )
+    cap = min(mc.max_constants, len(keyed))
+    # One literal with chance 1/2 (of a cap of 3: 4/7), each further one half as likely as the one before.
+    count = rng.choices(range(1, cap + 1), weights=[0.5**i for i in range(cap)])[0]
+    drawn = _balanced_sample(keyed, count, src, rng, credit)
     drawn.sort(key=lambda d: src.span(d[0]))
     chosen, keys = [site for site, _ in drawn], [key for _, key in drawn]
     edits, notes = [], []
@@ -571,10 +605,12 @@ def perturb_constants_at(
 
 
 def _noise(old: float | int, rng: random.Random, mc: MutationConfig) -> float | int:
-    """The constant operator's move of one number: an integer by one (or scaled and rounded when large),
-    a float by log-normal multiplicative noise (additive with ``additive_probability``, or when it is 0)."""
+    """The constant operator's move of one number: an integer under 10 in size by one (a size, a count, a
+    side length: log-normal noise would take 8 to 5 or 12 as often as to 7 or 9), a larger one by one
+    with ``additive_probability``, else scaled and rounded; a float by log-normal multiplicative noise
+    (additive with ``additive_probability``, or when it is 0)."""
     if isinstance(old, int):
-        if rng.random() < mc.additive_probability or abs(old) < 4:
+        if rng.random() < mc.additive_probability or abs(old) < 10:
             return old + rng.choice((-1, 1))
         new = int(round(old * math.exp(rng.gauss(0.0, mc.constant_sigma)))) or old + 1
         return old + rng.choice((-1, 1)) if new == old else new
@@ -648,19 +684,91 @@ def _site_keys(statements: list[Any]) -> list[str]:
     return keys
 
 
+_DYNAMIC_SCOPE = frozenset({"locals", "vars", "eval", "exec", "globals", "dir"})
+
+
+def _plain_literal(node: ast.expr) -> bool:
+    """A number, string, or a display of them: a value whose change cannot raise."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_plain_literal(e) for e in node.elts)
+    return False
+
+
+def _unread_literals(src: _Source) -> set[int]:
+    """``id()`` of the literals whose value nothing can observe: those of ``name = <literal>`` inside a
+    function (``n = 12``, ``sizes = (1, 2)``), where no code of the module reads ``name`` (no load, no
+    ``global``/``nonlocal``; a module that calls ``locals``, ``vars``, ``eval``, ``exec``, ``globals`` or
+    ``dir`` has none). Moving such a literal leaves the program's behaviour as it was: a neutral child
+    that costs an evaluation. Module-level names are left alone: an evaluator may import them."""
+    tree = src.tree
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
+            if node.id in _DYNAMIC_SCOPE:
+                return set()
+            read.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            read.update(node.names)
+        elif isinstance(node, ast.Attribute) and node.attr in _DYNAMIC_SCOPE:
+            return set()
+
+    def local_statements(node: ast.AST) -> list[ast.AST]:
+        """The statements of a function's own scope: not those of a class inside it (class attributes
+        are read as attributes) nor of a function inside it (visited on its own)."""
+        out = []
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            out.append(child)
+            out.extend(local_statements(child))
+        return out
+
+    dead: set[int] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for stmt in local_statements(function):
+            if isinstance(stmt, ast.Assign):
+                targets, value = stmt.targets, stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                targets, value = [stmt.target], stmt.value
+            else:
+                continue
+            if all(isinstance(t, ast.Name) and t.id not in read for t in targets) and _plain_literal(value):
+                dead.update(id(n) for n in ast.walk(value) if isinstance(n, ast.Constant))
+    return dead
+
+
+def exhausted(entry: Sequence[int] | None, after: int) -> bool:
+    """Whether a credit entry (``[tries, kept, tries on a working parent, of them broken]``, as the
+    controller keeps it) marks its site as one to leave alone: changed ``after`` times or more in programs
+    that worked (scored, with no evaluator ``error``), and every one of those changes broke the program
+    (a failure, or an ``error``): a point count or an array width the evaluator checks. One change that
+    left a working program working clears it for good; changes to a parent already broken prove nothing.
+    ``after`` 0 never marks one."""
+    if not after or entry is None or len(entry) < 4:
+        return False
+    return entry[2] >= after and entry[3] == entry[2]
+
+
 def _balanced_sample(
-    sites: list[Any],
+    keyed: list[tuple[Any, str]],
     k: int,
     src: _Source,
     rng: random.Random,
     credit: Mapping[str, Sequence[int]] | None = None,
 ) -> list[tuple[Any, str]]:
-    """``k`` distinct sites with their keys, each statement of the blocks as likely to be touched as any other.
+    """``k`` distinct sites of ``keyed`` (``(site, credit key)`` pairs) with their keys, each statement of
+    the blocks as likely to be touched as any other.
 
-    A site is weighted by one over the number of sites its statement holds, so
+    A site is weighted by one over the number of sites of ``keyed`` its statement holds, so
     a scalar on its own line (a size, a step, a bound) is drawn as often as the
     whole of a 36-number array literal, not 36 times less often. With
-    ``credit`` (site key -> ``[tries, kept]``: children that changed the site,
+    ``credit`` (site key -> ``[tries, kept, ...]``: children that changed the site,
     and those of them at least as fit as their parent), the weight is also
     multiplied by ``(kept + 1) / (tries + 2)``: a size whose every change
     breaks the program's contract fades, a seed or bound that sometimes helps
@@ -668,19 +776,19 @@ def _balanced_sample(
     ``u ** (1 / w)``.
     """
     owner = _statement_of(src)
+    sites, keys = [site for site, _ in keyed], [key for _, key in keyed]
     statements = [owner.get(id(site), site) for site in sites]
-    keys = _site_keys(statements)
     count = collections.Counter(id(stmt) for stmt in statements)
     weights = []
     for stmt, key in zip(statements, keys):
         w = 1.0 / count[id(stmt)]
         if credit is not None and key in credit:
-            tries, kept = credit[key]
+            tries, kept = credit[key][:2]
             w *= (kept + 1) / (tries + 2)
         weights.append(w)
-    keyed = [(rng.random() ** (1.0 / w), i) for i, w in enumerate(weights)]
-    keyed.sort(key=lambda t: (-t[0], t[1]))
-    return [(sites[i], keys[i]) for _, i in keyed[:k]]
+    ranked = [(rng.random() ** (1.0 / w), i) for i, w in enumerate(weights)]
+    ranked.sort(key=lambda t: (-t[0], t[1]))
+    return [(sites[i], keys[i]) for _, i in ranked[:k]]
 
 
 # A quoted word in a comment: 'csv_reader' or "csv_reader" (no quotes, backslashes or spaces inside).
@@ -865,7 +973,7 @@ def table_child(
     src = _Source(code)
 
     def weight(table: Table, move: str) -> float:
-        tries, kept = credit.get(_table_key(src, table, move), (0, 0)) if credit is not None else (0, 0)
+        tries, kept = credit.get(_table_key(src, table, move), (0, 0))[:2] if credit is not None else (0, 0)
         return (kept + 1) / (tries + 2)
 
     try:
@@ -1398,36 +1506,58 @@ class Mutator:
                 results[index] = result
         return [r for r in results if r is not None]
 
-    def redraw(self, request: MutationRequest, attempt: int) -> MutationResult:
+    def redraw(
+        self, request: MutationRequest, attempt: int, duplicated: Sequence[str] = ()
+    ) -> MutationResult:
         """Another child for the LLM-free ``request`` (its ``attempt``-th redraw, ``attempt >= 1``), after the
-        novelty filter rejected the one before: the same plan from a seed derived from the request's."""
+        novelty filter rejected the one before, from a seed derived from the request's.
+
+        The first redraw follows the same plan: one duplicate may be chance. From the second on, the
+        operators in ``duplicated`` (those whose children were rejected for this request) hand over to
+        another configured LLM-free operator, drawn by weight as when an operator finds nothing to change:
+        an operator that keeps remaking programs the database holds (a parent whose only literals are a
+        point count and an array width, every value of them already tried) would otherwise spend the
+        iteration on a rejection. With no other operator configured the plan stays the same.
+        """
         if request.kind not in AST_FALLBACK_KINDS:
             raise ValueError(f"only the LLM-free operators {AST_FALLBACK_KINDS} redraw, not {request.kind!r}")
         seed = random.Random(f"{request.seed}:redraw:{attempt}").getrandbits(63)
-        return self._ast(replace(request, seed=seed))
+        exclude = list(dict.fromkeys(duplicated)) if attempt >= 2 else []
+        return self._ast(replace(request, seed=seed), exclude)
 
-    def _ast(self, request: MutationRequest) -> MutationResult:
+    def _ast(self, request: MutationRequest, exclude: Sequence[str] = ()) -> MutationResult:
         """A child by the request's LLM-free operator; where that operator finds nothing to change in this
-        parent (:class:`NotApplicable`), by another of the configured ones, drawn by weight (the record's
-        ``kind`` is the operator that made the child, ``planned`` the one drawn first)."""
+        parent (:class:`NotApplicable`), or is in ``exclude``, by another of the configured ones, drawn by
+        weight (the record's ``kind`` is the operator that made the child, ``planned`` the one drawn
+        first). When every configured LLM-free operator is excluded, ``exclude`` is ignored."""
         rng = random.Random(request.seed)
         kind = request.kind
         tried: list[str] = []
         skipped: list[str] = []
+
+        def draw() -> str | None:
+            """The next operator to try: one not tried yet, by weight, an excluded one only when no
+            other is left."""
+            left = [k for k in self.kinds if k in AST_FALLBACK_KINDS and k not in tried]
+            pool = [k for k in left if k not in exclude] or left
+            return rng.choices(pool, weights=[self.weights[k] for k in pool])[0] if pool else None
+
+        if kind in exclude and any(k in AST_FALLBACK_KINDS and k not in exclude for k in self.kinds):
+            kind = str(draw())
         while True:
             result, inapplicable = self._ast_once(kind, request, rng)
             if not inapplicable:
                 break
             tried.append(kind)
             skipped.append(f"{kind}: {result.failure}")
-            others = [k for k in self.kinds if k in AST_FALLBACK_KINDS and k not in tried]
-            if not others:
+            following = draw()
+            if following is None:
                 if len(skipped) > 1:
                     result.failure = (
                         "no LLM-free operator applies to this parent (" + "; ".join(skipped) + ")"
                     )
                 break
-            kind = rng.choices(others, weights=[self.weights[k] for k in others])[0]
+            kind = following
         if kind != request.kind:
             result.info["planned"] = request.kind
         return result

@@ -40,7 +40,7 @@ def last_json(proc):
 
 
 def test_run_json_and_report(tmp_path):
-    proc = cli("run", TASK, "--iterations", 8, "--workers", 2, "--out", tmp_path, "--json")
+    proc = cli("run", TASK, "--iterations", 12, "--workers", 2, "--out", tmp_path, "--json")
     result = last_json(proc)
     assert set(result) == {
         "best_score",

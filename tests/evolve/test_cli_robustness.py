@@ -298,13 +298,13 @@ def test_progress_lines_without_a_terminal(tmp_path):
     (task / "config.yaml").write_text(yaml.safe_dump(config))
     env = {"SOCIETAS_PROGRESS_EVERY_S": "0.001"}
     result = evolve(
-        "run", task, "--iterations", 6, "--workers", 2, "--out", tmp_path / "runs", "--json", env=env
+        "run", task, "--iterations", 12, "--workers", 2, "--out", tmp_path / "runs", "--json", env=env
     )
     assert result.exit_code == 0, result.output
     lines = result.stderr.splitlines()
     progress = [line for line in lines if line.startswith("evolve: ")]
     assert progress, result.stderr
-    assert progress[-1].startswith("evolve: 6/6, best ")
+    assert progress[-1].startswith("evolve: 12/12, best ")
     assert all(", evals/min " in line and ", failed " in line for line in progress)
     assert any(line.startswith("held-out: 3/3") for line in lines), result.stderr
 

@@ -21,6 +21,7 @@ from societas.evolve.report import write_report
 from societas.evolve.task import load_task
 
 from .scripted_llm import answer
+from .test_tables import run_without_llm
 
 TASK = Path(__file__).parent / "tasks" / "curve_fit"
 
@@ -299,12 +300,12 @@ def test_an_llm_that_keeps_failing_stops_the_run_keeping_what_was_committed(tmp_
     assert all(p.status == "mutation_failed" for p in programs[1:])
 
 
-def _one_number_task(root: Path) -> Path:
+def _one_number_task(root: Path, body: str = "3") -> Path:
     """A task whose only literal is one small integer: the constant operator moves it by one, so most of
     its children are programs the database already holds."""
     root.mkdir()
     (root / "initial_program.py").write_text(
-        "# EVOLVE-BLOCK-START\ndef value():\n    return 3\n# EVOLVE-BLOCK-END\n"
+        f"# EVOLVE-BLOCK-START\ndef value():\n    return {body}\n# EVOLVE-BLOCK-END\n"
     )
     (root / "evaluator.py").write_text(
         "import importlib.util\n\n\n"
@@ -373,6 +374,25 @@ def test_duplicates_of_llm_free_operators_are_drawn_again(tmp_path):
     ]
 
 
+def test_an_operator_that_keeps_making_duplicates_hands_over_on_its_second_redraw(tmp_path):
+    """``3 * 1`` has two small integers: the constant operator soon remakes programs the database holds.
+    A child rejected twice is then made by the other configured operator (which the plan draws for one
+    child in a hundred), and is evaluated instead of using up the iteration."""
+    root = _one_number_task(tmp_path / "task", "3 * 1")
+    (root / "config.yaml").write_text(
+        "max_iterations: 24\nrandom_seed: 3\ndatabase:\n  num_islands: 1\n"
+        "adaptive:\n  enabled: false\n"  # the plan keeps to the configured weights
+        "mutation:\n  weights: {constant: 1.0, operator: 0.01}\n  additive_probability: 1.0\n"
+    )
+    programs, _, _ = run_without_llm(root, tmp_path / "run")
+    handed = [p for p in programs if p.mutation.get("planned") == "constant"]
+    assert handed and all(p.mutation["kind"] == "operator" for p in handed)
+    assert all(len(p.mutation["redrawn"]) >= 2 for p in handed)
+    assert any(p.status == "ok" for p in handed)
+    # The first redraw stays with the constant operator.
+    assert any(p.mutation["kind"] == "constant" and len(p.mutation.get("redrawn", [])) == 1 for p in programs)
+
+
 def test_literals_whose_changes_break_the_program_lose_credit(tmp_path):
     """``n`` must stay 3 (any other value is an error, scored 0 as OpenEvolve's evaluators do); ``v`` is
     free to move toward 20. The run credits each literal with what its changes gave: ``n``'s changes are
@@ -416,3 +436,8 @@ def test_literals_whose_changes_break_the_program_lose_credit(tmp_path):
     assert all("error" not in by_id[p.parent_id].artifacts for p in programs if p.parent_id)
     assert sum("error" in p.artifacts for p in programs) >= 3
     assert credit[n_key][1] == 0 and credit[v_key][1] > 0
+    # Every change of n broke a working program: after the fourth (and the others planned in batches
+    # before its result was in), n is left alone for the rest of the run.
+    changed = sorted(p.iteration for p in touched["n"])
+    assert credit[n_key] == [len(changed), 0, len(changed), len(changed)] and len(changed) >= 4
+    assert changed[-1] < changed[3] + 8 < max(p.iteration for p in programs) - 20

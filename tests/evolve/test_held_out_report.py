@@ -51,7 +51,7 @@ def task_dir(tmp_path):
     return directory
 
 
-def _run(task_dir, out, iterations=8):
+def _run(task_dir, out, iterations=12):
     task = load_task(task_dir)
     cfg = load_config(task.config_path)
     cfg.max_iterations = iterations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import collections
+import math
 import random
 
 import pytest
@@ -281,6 +283,42 @@ def test_mutator_without_llm_uses_ast_operators_and_rejects_an_empty_mix():
     assert alone.code is None and alone.failure.startswith("crossover needs a second parent")
 
 
+def test_a_redraw_after_two_duplicates_hands_over_to_another_operator():
+    """The first redraw of a rejected child follows the same plan; from the second on, the operators
+    whose children were rejected hand over to another configured LLM-free one (by weight), unless none
+    other is configured."""
+    code = "# EVOLVE-BLOCK-START\ndef f(x):\n    return x * 3\n# EVOLVE-BLOCK-END\n"
+    parent = Program(code=code, id="p", iteration=0)
+    cfg = parse_config({"mutation": {"weights": {"constant": 0.9, "operator": 0.1}}})
+    mutator = Mutator(cfg, None)
+    for seed in range(6):
+        request = MutationRequest(1, "constant", parent, [], seed=seed)
+        first = mutator.redraw(request, 1, ["constant"])
+        assert first.info["kind"] == "constant" and "planned" not in first.info
+        later = mutator.redraw(request, 2, ["constant", "constant"])
+        assert later.info == {**later.info, "kind": "operator", "planned": "constant"}
+        assert later.code is not None and "return x * 3" not in later.code and " 3" in later.code
+        # Redraws are reproducible: the same request and attempt make the same child.
+        assert mutator.redraw(request, 2, ["constant"]).code == later.code
+    # The planned operator finds nothing to change and the one that made the duplicates is passed over
+    # for the third that applies.
+    listed = Program(code=code.replace("x * 3", "g(x, [3, 4])"), id="q", iteration=0)
+    three = Mutator(parse_config({"mutation": {"weights": {"operator": 1, "constant": 9, "table": 0.1}}}))
+    kinds = set()
+    for seed in range(6):
+        request = MutationRequest(1, "operator", listed, [], seed=seed)
+        kinds.add(three.redraw(request, 1, ["constant"]).info["kind"])
+        later = three.redraw(request, 2, ["constant"])
+        assert later.info == {**later.info, "kind": "table", "planned": "operator"}
+    assert "constant" in kinds  # without the hand-over the weights pick it
+    # Every configured operator excluded, or none other configured: the plan stays the same.
+    alone = Mutator(parse_config({"mutation": {"weights": {"constant": 1.0}}}), None)
+    again = alone.redraw(MutationRequest(1, "constant", parent, [], seed=0), 3, ["constant"])
+    assert again.info["kind"] == "constant" and "planned" not in again.info
+    both = mutator.redraw(MutationRequest(1, "constant", parent, [], seed=0), 3, ["operator", "constant"])
+    assert both.info["kind"] == "constant" and "planned" not in both.info
+
+
 def test_an_operator_with_nothing_to_change_hands_over_to_one_that_has():
     code = "# EVOLVE-BLOCK-START\ndef f(x):\n    return g(x, 0.5)\n# EVOLVE-BLOCK-END\n"  # one constant, no operator
     cfg = parse_config({"mutation": {"weights": {"operator": 0.5, "function": 0.3, "constant": 0.2}}})
@@ -353,6 +391,67 @@ def test_constant_sites_are_drawn_statement_by_statement():
     assert 160 <= hits <= 240  # one in two, within about 4 standard deviations (sd = 10)
 
 
+def test_one_literal_changes_most_often_and_small_integers_move_by_one():
+    """With ``max_constants`` 3 a child changes one literal with chance 4/7, two with 2/7, three with 1/7;
+    an integer under 10 in size moves to a neighbour, a larger one may also be scaled."""
+    code = (
+        "# EVOLVE-BLOCK-START\ndef build():\n"
+        + "".join(f"    v{i} = {i + 1}.5\n" for i in range(6))
+        + "    return v0, v1, v2, v3, v4, v5\n# EVOLVE-BLOCK-END\n"
+    )
+    cfg = parse_config({"mutation": {"max_constants": 3}})
+    counts = collections.Counter(
+        perturb_constants(code, random.Random(seed), cfg)[1].count("->") for seed in range(1400)
+    )
+    assert set(counts) == {1, 2, 3}
+    for k, p in ((1, 4 / 7), (2, 2 / 7), (3, 1 / 7)):  # within about 4 standard deviations
+        assert abs(counts[k] / 1400 - p) < 4 * math.sqrt(p * (1 - p) / 1400)
+    one = parse_config({"mutation": {"max_constants": 1, "additive_probability": 0.0}})
+    side = "# EVOLVE-BLOCK-START\ndef build():\n    side = 8\n    return side\n# EVOLVE-BLOCK-END\n"
+    moved = {perturb_constants(side, random.Random(seed), one)[1] for seed in range(60)}
+    assert moved == {"line 3: 8 -> 7", "line 3: 8 -> 9"}
+    large = {perturb_constants(side.replace("8", "40"), random.Random(s), one)[1] for s in range(60)}
+    assert len(large) > 6  # scaled and rounded, not only 39 and 41
+
+
+def test_literals_of_local_names_nothing_reads_are_left_alone():
+    """``n = 12`` inside a function, with ``n`` read nowhere, cannot change what the program does: the
+    constant operator leaves it alone (and does not apply when nothing else is left); a name that is read,
+    a module-level name (an evaluator may import it), a class attribute, a value whose change could raise,
+    and any module that reaches its names dynamically keep their literals in play."""
+    cfg = parse_config({"mutation": {"max_constants": 1}})
+
+    def changed(body: str, extra: str = "") -> set[str]:
+        code = f"# EVOLVE-BLOCK-START\n{extra}def build():\n{body}# EVOLVE-BLOCK-END\n"
+        return {perturb_constants_at(code, random.Random(s), cfg)[1].split(":")[0] for s in range(60)}
+
+    base = "    n = 12\n    side = 8\n    return side\n"
+    first = 3  # the line of the function's first statement
+    assert changed(base) == {f"line {first + 1}"}
+    assert changed(base.replace("return side", "return side, n")) == {f"line {first}", f"line {first + 1}"}
+    assert changed("    n: int = 12\n    side = 8\n    return side\n") == {f"line {first + 1}"}
+    assert changed("    sizes = (1, -2)\n    side = 8\n    return side\n") == {f"line {first + 1}"}
+    assert changed("    n = 12 / 4\n    side = 8\n    return side\n") == {
+        f"line {first}",
+        f"line {first + 1}",
+    }
+    assert changed("    class Shape:\n        n = 12\n    side = 8\n    return side, Shape.n\n") == {
+        f"line {first + 1}",
+        f"line {first + 2}",
+    }
+    assert changed(base.replace("return side", "return side, locals()")) == {
+        f"line {first}",
+        f"line {first + 1}",
+    }
+    assert changed("    side = 8\n    return side\n", "n = 12\n") == {"line 2", f"line {first + 1}"}
+    with pytest.raises(NotApplicable, match="assigned to a local name nothing reads"):
+        perturb_constants_at(
+            "# EVOLVE-BLOCK-START\ndef build():\n    n = 12\n    return None\n# EVOLVE-BLOCK-END\n",
+            random.Random(0),
+            cfg,
+        )
+
+
 def test_site_credit_keys_survive_new_values_and_steer_the_draw():
     """A literal is known by its statement with the literals blanked (so by the same key after its value
     changed); one whose changes never kept the parent's fitness is drawn (kept + 1) / (tries + 2) as often."""
@@ -384,3 +483,15 @@ def test_site_credit_keys_survive_new_values_and_steer_the_draw():
     credit = {n_key: [18, 0], seed_key: [10, 9]}  # weights 1/20 and 10/12
     hits = sum(perturb_constants_at(code, random.Random(s), cfg, credit)[2] == [n_key] for s in range(600))
     assert 20 <= hits <= 52  # expected 600 * (1/20) / (1/20 + 10/12) = 34 (sd 5.6)
+    # A literal whose every change (four or more) broke a working program is left alone; with none left,
+    # the operator does not apply.
+    credit = {n_key: [5, 0, 4, 4], seed_key: [10, 9, 10, 1]}
+    assert {tuple(perturb_constants_at(code, random.Random(s), cfg, credit)[2]) for s in range(100)} == {
+        (seed_key,)
+    }
+    credit[seed_key] = [4, 0, 4, 4]
+    with pytest.raises(NotApplicable, match="every literal inside the evolve blocks has broken"):
+        perturb_constants_at(code, random.Random(0), cfg, credit)
+    for held in ([4, 0, 4, 3], [3, 0, 3, 3], [8, 0, 0, 0]):  # one change held up; too few; broken parents
+        credit[seed_key] = held
+        assert perturb_constants_at(code, random.Random(0), cfg, credit)[2] == [seed_key]
