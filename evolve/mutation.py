@@ -563,10 +563,6 @@ def perturb_constants_at(
             "no numeric constant, and no string with named alternatives, inside the evolve blocks to perturb"
         )
     dead = _unread_literals(src)
-    if dead and all(id(site) in dead for site in sites):
-        raise NotApplicable(
-            "every literal inside the evolve blocks is assigned to a local name nothing reads"
-        )
     owner = _statement_of(src)
     # Keys from every site, so a literal keeps its key (its rank in its statement) whatever is left out.
     keyed = [
@@ -574,6 +570,10 @@ def perturb_constants_at(
         for site, key in zip(sites, _site_keys([owner.get(id(site), site) for site in sites]))
         if id(site) not in dead
     ]
+    if not keyed:
+        raise NotApplicable(
+            "every literal inside the evolve blocks is assigned to a local name nothing reads"
+        )
     if credit is not None and mc.exhausted_after:
         keyed = [(site, key) for site, key in keyed if not exhausted(credit.get(key), mc.exhausted_after)]
         if not keyed:
@@ -584,7 +584,7 @@ def perturb_constants_at(
     cap = min(mc.max_constants, len(keyed))
     # One literal with chance 1/2 (of a cap of 3: 4/7), each further one half as likely as the one before.
     count = rng.choices(range(1, cap + 1), weights=[0.5**i for i in range(cap)])[0]
-    drawn = _balanced_sample(keyed, count, src, rng, credit)
+    drawn = _balanced_sample(keyed, count, owner, rng, credit)
     drawn.sort(key=lambda d: src.span(d[0]))
     chosen, keys = [site for site, _ in drawn], [key for _, key in drawn]
     edits, notes = [], []
@@ -716,22 +716,22 @@ def _unread_literals(src: _Source) -> set[int]:
         elif isinstance(node, ast.Attribute) and node.attr in _DYNAMIC_SCOPE:
             return set()
 
-    def local_statements(node: ast.AST) -> list[ast.AST]:
-        """The statements of a function's own scope: not those of a class inside it (class attributes
-        are read as attributes) nor of a function inside it (visited on its own)."""
+    def own_scope(node: ast.AST) -> list[ast.AST]:
+        """The nodes of a function's own scope: not those of a class inside it (class attributes are
+        read as attributes) nor of a function inside it (visited on its own)."""
         out = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
             out.append(child)
-            out.extend(local_statements(child))
+            out.extend(own_scope(child))
         return out
 
     dead: set[int] = set()
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for stmt in local_statements(function):
+        for stmt in own_scope(function):
             if isinstance(stmt, ast.Assign):
                 targets, value = stmt.targets, stmt.value
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
@@ -758,12 +758,12 @@ def exhausted(entry: Sequence[int] | None, after: int) -> bool:
 def _balanced_sample(
     keyed: list[tuple[Any, str]],
     k: int,
-    src: _Source,
+    owner: Mapping[int, ast.stmt],
     rng: random.Random,
     credit: Mapping[str, Sequence[int]] | None = None,
 ) -> list[tuple[Any, str]]:
     """``k`` distinct sites of ``keyed`` (``(site, credit key)`` pairs) with their keys, each statement of
-    the blocks as likely to be touched as any other.
+    the blocks as likely to be touched as any other (``owner``: :func:`_statement_of` the parent).
 
     A site is weighted by one over the number of sites of ``keyed`` its statement holds, so
     a scalar on its own line (a size, a step, a bound) is drawn as often as the
@@ -775,7 +775,6 @@ def _balanced_sample(
     stays. Sampling without replacement by Efraimidis-Spirakis keys
     ``u ** (1 / w)``.
     """
-    owner = _statement_of(src)
     sites, keys = [site for site, _ in keyed], [key for _, key in keyed]
     statements = [owner.get(id(site), site) for site in sites]
     count = collections.Counter(id(stmt) for stmt in statements)
