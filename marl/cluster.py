@@ -21,9 +21,21 @@ import os
 import socket
 from typing import Any
 
-__all__ = ["RAY_ADDRESS_ENV", "connect_ray", "import_ray"]
+__all__ = ["ACTORS_ON_A_CLUSTER_HINT", "RAY_ADDRESS_ENV", "connect_ray", "import_ray", "joins_a_cluster"]
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+
+# Why actors made on a cluster this process joined can die before they run, and what to do.
+# Measured with Ray 2.60: a driver whose authentication mode differs from the cluster's joins
+# it and runs tasks, but the cluster cannot reach the driver and destroys each actor the driver
+# makes ("The actor never ran - it was cancelled before it started running").
+ACTORS_ON_A_CLUSTER_HINT = (
+    "if the actors never ran (cancelled before they started), this driver and the cluster disagree "
+    "on token authentication: the head and every driver need the same RAY_AUTH_MODE (Ray 2.59 and "
+    "later turn token authentication on for clusters started with 'ray start', and for a local "
+    "instance, whose ray.init leaves RAY_AUTH_MODE=token set in its process for good: join a "
+    "cluster without it from a process that has not started a local Ray)"
+)
 
 
 def import_ray(needed_for: str) -> Any:
@@ -51,6 +63,11 @@ def _check_reachable(needed_for: str, address: str) -> None:
             f"Start its head with 'ray start --head' (it prints the address), or leave the address out "
             f"to run Ray here"
         ) from exc
+
+
+def joins_a_cluster(address: str | None = None) -> bool:
+    """Whether :func:`connect_ray` with this ``address`` joins a cluster (rather than starting Ray here)."""
+    return bool(address or os.environ.get(RAY_ADDRESS_ENV))
 
 
 def connect_ray(

@@ -27,7 +27,7 @@ from typing import Any, Self
 
 import torch
 
-from societas.marl.cluster import connect_ray
+from societas.marl.cluster import ACTORS_ON_A_CLUSTER_HINT, connect_ray, joins_a_cluster
 from societas.marl.llm.backend import Backend, TrainConfig
 from societas.marl.llm.parallel import shards as split_evenly
 from societas.marl.llm.recipe import Episode, EpisodeResult, Recipe
@@ -94,6 +94,7 @@ class RayRollouts:
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, got {n_workers}")
         self._actors: list[Any] = []
+        joining = joins_a_cluster(address)
         # A local instance gets enough logical CPUs that every actor can be placed.
         ray, self._started_ray = connect_ray(
             "rollout_workers > 0",
@@ -115,6 +116,14 @@ class RayRollouts:
         # Surface model-loading errors here rather than at the first run.
         try:
             self._get([a.__ray_ready__.remote() for a in self._actors], ["failed to start"] * n_workers)
+        except RuntimeError as e:
+            joined = joining and self._started_ray
+            self.close()
+            if joined:
+                raise RuntimeError(
+                    f"{e}\nOn the Ray cluster this process joined: {ACTORS_ON_A_CLUSTER_HINT}"
+                ) from e
+            raise
         except BaseException:
             self.close()
             raise

@@ -6,6 +6,7 @@ rollout actors share, joins or starts Ray (against a stand-in for ray)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -35,10 +36,17 @@ pytestmark = pytest.mark.slow
 CURVE = Path(__file__).resolve().parents[1] / "evolve" / "tasks" / "curve_fit"
 
 
+# Ports a head takes by default for its other parts: a GCS port among them stops 'ray start'.
+RAY_DEFAULT_PORTS = {6379, 8076, 8077, 8265, 10001, 52365, 52366}
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS and not 10002 <= port <= 19999:  # nor a worker port
+            return port
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +97,11 @@ def _head(tmp_path_factory):
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        os.killpg(head.pid, signal.SIGTERM)  # --block: the command stops what it started
         try:
+            os.killpg(head.pid, signal.SIGTERM)  # --block: the command stops what it started
             head.wait(timeout=60)
+        except ProcessLookupError:
+            head.wait()  # it had stopped already (a head that did not come up)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
@@ -159,6 +169,129 @@ def test_a_wrong_address_is_a_clear_error():
     ):
         RayExecutor(workers=2, address="127.0.0.1:1")
     assert not ray.is_initialized()
+
+
+DRIVER = """
+import json, os, sys
+from pathlib import Path
+from societas.marl.llm.backend import TrainConfig
+from societas.marl.llm.loop import train
+from societas.marl.llm.trainer import GRPOConfig
+from tests.llm.test_distributed import CountA
+
+model, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+where = out.parent / (out.name + ".where")
+
+
+class Where(CountA):
+    # CountA, noting which process (and which Ray) ran each batch of episodes
+    def run_episodes(self, llms, episodes, *, train):
+        import ray
+        gcs = ray.get_runtime_context().gcs_address if ray.is_initialized() else "none"
+        with open(where, "a") as f:
+            f.write(f"{os.getpid()} {gcs}\\n")
+        return super().run_episodes(llms, episodes, train=train)
+
+
+cfg = TrainConfig(model=model, steps=2, eval_every=1, rollout_workers=workers, threads=1, grpo=GRPOConfig(lr=1e-2))
+train(Where(), cfg, out=out)
+import ray
+print(json.dumps({"pid": os.getpid(), "ray_left_running": ray.is_initialized()}))
+"""
+
+
+def run_driver(model: str, out: Path, workers: int, env: dict) -> dict:
+    """A training run in a fresh driver process, as a user starts one. (A driver that ran and
+    shut down a local Ray before joining a cluster has its cluster actors destroyed as soon as
+    they are made: the cluster's GCS takes them for the dead local driver's, which has the same
+    worker id. Fresh processes keep this test free of what other tests did.)"""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, model, str(out), str(workers)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_training_with_rollout_actors_on_the_cluster_named_by_RAY_ADDRESS_is_the_local_run(
+    cluster, tiny_llm, tmp_path
+):
+    model_dir = tmp_path / "tiny-model"
+    tiny_llm.model.save_pretrained(model_dir)
+    tiny_llm.tokenizer.save_pretrained(model_dir)
+    model = "hf:" + str(model_dir)
+    local = run_driver(model, tmp_path / "local", 0, {})
+    remote = run_driver(model, tmp_path / "cluster", 2, {"RAY_ADDRESS": cluster, "RAY_AUTH_MODE": "disabled"})
+    assert not local["ray_left_running"] and not remote["ray_left_running"]
+
+    def rows(name):
+        return [json.loads(ln) for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    mine, theirs = rows("local"), rows("cluster")
+    assert [r["kind"] for r in theirs] == ["eval", "train", "eval", "train", "eval"]
+    # The actors sample what the driver samples (per-episode seeds): the same rewards, tokens and
+    # gradients, in the second step too, which the actors sample with the weights they were sent.
+    for a, b in zip(mine, theirs):
+        assert a["kind"] == b["kind"] and a.get("reward") == b.get("reward")
+        if a["kind"] == "train":
+            assert a["p/tokens"] == b["p/tokens"]
+            assert b["p/grad_norm"] == pytest.approx(a["p/grad_norm"], rel=1e-4)
+    # where the episodes ran: locally in the driver; on the cluster in two actors of its own
+    here = {ln.split()[0] for ln in (tmp_path / "local.where").read_text().splitlines()}
+    assert here == {str(local["pid"])}
+    there = [ln.split() for ln in (tmp_path / "cluster.where").read_text().splitlines()]
+    assert len({pid for pid, _ in there}) == 2 and str(remote["pid"]) not in {pid for pid, _ in there}
+    assert {gcs.rsplit(":", 1)[1] for _, gcs in there} == {cluster.rsplit(":", 1)[1]}
+    again, started = connect_ray("a check", address=cluster)  # the cluster is still up
+    assert started and joined_gcs() == cluster.rsplit(":", 1)[1]
+    again.shutdown()
+
+
+MISMATCH = """
+import sys
+from societas.marl.llm.distributed import RayRollouts
+from tests.llm.test_distributed import CountA
+
+try:
+    RayRollouts(CountA(), sys.argv[1], 1, threads=1)
+except RuntimeError as e:
+    print(e)
+else:
+    print("the actors started")
+"""
+
+
+def test_actors_that_die_on_a_cluster_of_another_authentication_mode_say_why(cluster, tiny_llm, tmp_path):
+    # the cluster runs without token authentication; this driver has it on
+    model_dir = tmp_path / "tiny-model"
+    tiny_llm.model.save_pretrained(model_dir)
+    tiny_llm.tokenizer.save_pretrained(model_dir)
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": cluster,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": "0123456789abcdef" * 4,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", MISMATCH, "hf:" + str(model_dir)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    said = proc.stdout
+    assert "rollout worker 0 of 1 failed to start" in said
+    assert "On the Ray cluster this process joined" in said and "RAY_AUTH_MODE" in said
 
 
 def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
