@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .seqform import values_and_best_responses
+from .seqform import scatter_add, values_and_best_responses
 from .tree import GameTree
 
 # Internally every per-node quantity is node-major, ``[H, ...]`` with the batch
@@ -189,11 +189,11 @@ def _best_response_sweep(
         if edges.numel():
             par = idx.edge_parent[d - 1]
             flat = tree.edge_flat[edges] - base
-            q.index_add_(0, flat, cf.index_select(0, par) * v.index_select(0, edges))
+            scatter_add(q, flat, cf.index_select(0, par) * v.index_select(0, edges))
             isets = idx.level_infosets[d - 1]
             brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start, uniform)
             w[edges] = brpol.view(-1, B).index_select(0, flat)
-        v.index_add_(0, tree.level_parent[d], v[lo:hi] * w[lo:hi])
+        tree.add_rows(v, tree.level_parent[d], v[lo:hi] * w[lo:hi])
     return BestResponse(value=v[0].clone(), policy=brpol.permute(2, 0, 1).contiguous())
 
 
@@ -225,7 +225,7 @@ def _best_response_multipass(
         if k < 0:
             return BestResponse(value=v[0].clone(), policy=brpol.permute(2, 0, 1).contiguous())
         q = torch.zeros((sl.stop - sl.start) * A, B, dtype=pe.dtype, device=pe.device)
-        q.index_add_(0, flat, cf.index_select(0, par) * v.index_select(0, edges))
+        scatter_add(q, flat, cf.index_select(0, par) * v.index_select(0, edges))
         isets = torch.nonzero(own == k).flatten()
         brpol[isets] = _argmax_onehot(tree, q.view(-1, A, B)[isets], isets + sl.start, uniform)
     raise AssertionError("unreachable")

@@ -609,7 +609,8 @@ class GameTree:
         """``out[idx] += src`` along the first dimension (repeated indices
         accumulate), for contiguous ``out`` and ``src``."""
         k = out.stride(0) if out.dim() > 1 else 1
-        out.view(-1).index_add_(0, self.flat_index(idx, k), src.reshape(-1))
+        # a 1-D scatter_add_: the sums of index_add_ in the same order, in less time on the CPU
+        out.view(-1).scatter_add_(0, self.flat_index(idx, k), src.reshape(-1))
         return out
 
     def prob_table(self, policy: torch.Tensor) -> torch.Tensor:
