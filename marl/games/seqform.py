@@ -172,7 +172,8 @@ class SequenceIndex:
         N, T = self.num_players, self.num_terminals
         if (N + 1) * T * B * torch.finfo(dtype).bits // 8 > WORKSPACE_BYTES:
             return None
-        key = (B, dtype, device)
+        # tensors made in inference mode cannot be written outside it: one set per mode
+        key = (B, dtype, device, torch.is_inference_mode_enabled())
         ws = getattr(self._workspace, "buffers", None)
         if ws is None or ws[0] != key:
             ws = (

@@ -42,6 +42,21 @@ def test_a_call_with_another_batch_size_does_not_reuse_the_wrong_buffers():
         assert torch.equal(nash_conv(tree, one), ref_one)
 
 
+def test_evaluation_in_and_out_of_inference_mode_alternates_freely():
+    # buffers made under torch.inference_mode() cannot be written outside it (and the CFR solver
+    # steps in inference mode)
+    ref = nash_conv(
+        load_game("kuhn_poker(players=3)", "cpu"),
+        load_game("kuhn_poker(players=3)", "cpu").random_policy(seed=3),
+    )
+    tree = load_game("kuhn_poker(players=3)", "cpu", cache=False)  # a tree whose index has no buffers yet
+    pol = tree.random_policy(seed=3)
+    for _ in range(2):
+        with torch.inference_mode():  # the first buffers are made here
+            assert torch.equal(nash_conv(tree, pol), ref)
+        assert torch.equal(nash_conv(tree, pol), ref)
+
+
 def test_threads_evaluating_at_once_each_get_their_own_values():
     # a buffer shared between threads would mix one thread's reaches into another's sums
     tree = load_game("kuhn_poker(players=3)", "cpu")
