@@ -137,10 +137,11 @@ class CFRSolver:
         R = tree.table_rows
         wide = B >= 4
 
-        def rows(idx, k):  # row idx of a node-major tensor with k values per row
-            if wide:
-                return idx
-            return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+        small = max(R, 2 * H) * B < 2**31  # gathers read 32-bit indices where they fit
+
+        def rows(idx, k):  # row idx of a node-major tensor with k values per row (for gathers)
+            out = idx if wide else (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+            return out.to(torch.int32) if small else out
 
         def flat(idx, k):  # always 1-D: sums go through scatter_add_ (half index_add_'s time on the CPU)
             return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
@@ -177,6 +178,8 @@ class CFRSolver:
         else:
             cf_src = ws["r"]
             cf_idx = (position[par][:, None] * 2 * B + B + torch.arange(B, device=dev)).reshape(-1)
+        if small:
+            cf_idx = cf_idx.to(torch.int32)
         return {
             "table_src": table if wide else table.view(-1),
             "r_all": shaped(ws["r"], 2 * M, B),
@@ -315,8 +318,11 @@ class CFRSolver:
         wide = B >= 4
         ar = torch.arange
 
-        def rows(idx, k):
-            return idx if wide else (idx[:, None] * k + ar(k, device=dev)).reshape(-1)
+        small = max(tree.table_rows, 2 * H * N) * B < 2**31  # gathers read 32-bit indices where they fit
+
+        def rows(idx, k):  # for gathers
+            out = idx if wide else (idx[:, None] * k + ar(k, device=dev)).reshape(-1)
+            return out.to(torch.int32) if small else out
 
         def flat(idx, k):
             return (idx[:, None] * k + ar(k, device=dev)).reshape(-1)
