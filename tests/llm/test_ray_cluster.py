@@ -200,32 +200,40 @@ print(json.dumps({"pid": os.getpid(), "ray_left_running": ray.is_initialized()})
 """
 
 
-def run_driver(model: str, out: Path, workers: int, env: dict) -> dict:
-    """A training run in a fresh driver process, as a user starts one. (A driver that ran and
-    shut down a local Ray before joining a cluster has its cluster actors destroyed as soon as
-    they are made: the cluster's GCS takes them for the dead local driver's, which has the same
-    worker id. Fresh processes keep this test free of what other tests did.)"""
+def fresh_driver(script: str, args: list[str], env: dict) -> str:
+    """Run ``script`` in a new Python process, as a user starts a driver; its standard output.
+
+    In-process drivers cannot join the cluster reliably: a local Ray started earlier in a
+    process (by another test) leaves RAY_AUTH_MODE=token set there for good, and the cluster,
+    which runs without token authentication, destroys every actor such a driver makes.
+    """
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, model, str(out), str(workers)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-c", script, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout
+
+
+def tiny_model(tiny_llm, tmp_path: Path) -> str:
+    """The tiny test model saved where a fresh process (and the cluster's actors) can load it."""
+    model_dir = tmp_path / "tiny-model"
+    tiny_llm.model.save_pretrained(model_dir)
+    tiny_llm.tokenizer.save_pretrained(model_dir)
+    return "hf:" + str(model_dir)
+
+
+def run_driver(model: str, out: Path, workers: int, env: dict) -> dict:
+    """A training run (:data:`DRIVER`) in a fresh driver process."""
+    said = fresh_driver(DRIVER, [model, str(out), str(workers)], env)
+    return json.loads(said.strip().splitlines()[-1])
 
 
 def test_training_with_rollout_actors_on_the_cluster_named_by_RAY_ADDRESS_is_the_local_run(
     cluster, tiny_llm, tmp_path
 ):
-    model_dir = tmp_path / "tiny-model"
-    tiny_llm.model.save_pretrained(model_dir)
-    tiny_llm.tokenizer.save_pretrained(model_dir)
-    model = "hf:" + str(model_dir)
+    model = tiny_model(tiny_llm, tmp_path)
     local = run_driver(model, tmp_path / "local", 0, {})
     remote = run_driver(model, tmp_path / "cluster", 2, {"RAY_ADDRESS": cluster, "RAY_AUTH_MODE": "disabled"})
     assert not local["ray_left_running"] and not remote["ray_left_running"]
@@ -269,33 +277,15 @@ else:
 
 def test_actors_that_die_on_a_cluster_of_another_authentication_mode_say_why(cluster, tiny_llm, tmp_path):
     # the cluster runs without token authentication; this driver has it on
-    model_dir = tmp_path / "tiny-model"
-    tiny_llm.model.save_pretrained(model_dir)
-    tiny_llm.tokenizer.save_pretrained(model_dir)
-    root = Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": cluster,
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": "0123456789abcdef" * 4,
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", MISMATCH, "hf:" + str(model_dir)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    said = proc.stdout
+    env = {"RAY_ADDRESS": cluster, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0123456789abcdef" * 4}
+    said = fresh_driver(MISMATCH, [tiny_model(tiny_llm, tmp_path)], env)
     assert "rollout worker 0 of 1 failed to start" in said
     assert "On the Ray cluster this process joined" in said and "RAY_AUTH_MODE" in said
 
 
 def test_without_an_address_a_local_instance_starts_beside_the_cluster(cluster):
-    # Last: a second Ray instance on the machine unsettles the cluster's later drivers.
+    # Last: a local instance leaves RAY_AUTH_MODE=token set in this process for good, and the
+    # cluster (without token authentication) would destroy the actors this process makes later.
     # A bare ray.init() would join the cluster 'ray start' runs on this machine; no address means local.
     executor = RayExecutor(workers=1)
     try:
