@@ -41,7 +41,7 @@ import torch
 from .algorithms import get_algorithm
 from .evaluate import Exploitability, evaluate
 from .hooks import Algorithm, AverageHook, HookContext, PolicyHook, RegretHook, legal_weights
-from .tree import TERMINAL, GameTree, load_game
+from .tree import DECISION, TERMINAL, GameTree, load_game
 
 # ----------------------------------------------------------------- solver ----
 
@@ -96,14 +96,18 @@ class CFRSolver:
         self._shared: PlayerState | None = None
         slices = tree.infoset_slices
         contiguous = slices[0].start == 0 and all(a.stop == b.start for a, b in zip(slices, slices[1:]))
-        joint = tree.num_nodes * tree.num_players * batch <= JOINT_MAX
+        joint = self._fits_one_sweep = tree.num_nodes * tree.num_players * batch <= JOINT_MAX
         if self.algorithm.per_infoset and not self.algorithm.alternating and contiguous and joint:
             self._shared = self._fresh_state(tree.num_infosets)
             self._legal_w = legal_weights(tree.legal_mask, tree.dtype)
         self._table = tree.prob_table(self.policy)  # [R, B], kept in sync
         self._workspace()
         self._plan = [self._make_plan(p) for p in range(tree.num_players)]
-        self._joint: dict | None = None  # built on the first simultaneous step
+        # The one-sweep plan of simultaneous updates, built here (not in the first step, where it
+        # would cost several iterations' time) when the schedule asks for it, else on first use.
+        self._joint: dict | None = None
+        if not self.algorithm.alternating and joint:
+            self._joint = self._make_joint_plan()
 
     # ------------------------------------------------------------ internals
     def _fresh_state(self, infosets: int) -> PlayerState:
@@ -155,24 +159,31 @@ class CFRSolver:
         E = edges.numel()
         ws = self._ws
         table = self._table
-        inner, position, levels = self._inner()
+        inner, position, levels, d0 = self._inner()
         M = inner.numel()
         r = ws["r"].view(M, 2, B)
         v = ws["v"].view(H, B)
         pe = ws["pe"].view(H, B)
         tmp = ws["tmp"]
-        forward, backward = [], []
-        for a, b, parents in levels:
+        forward: list = []
+        prefix: list = []
+        backward: list = []
+        for d, a, b, parents in levels:
             n = b - a
-            forward.append(
-                (rows(parents, 2 * B), shaped(tmp, n, 2 * B), r[a:b], tmp[: n * 2 * B].view(n, 2, B))
-            )
-        for d in range(1, len(tree.level_bounds)):
+            op = (rows(parents, 2 * B), shaped(tmp, n, 2 * B), r[a:b], tmp[: n * 2 * B].view(n, 2, B))
+            (prefix if d <= d0 else forward).append(op)
+        for d in range(d0 + 1, len(tree.level_bounds)):  # no value above depth d0 is read
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
             n = hi - lo
             backward.append((flat(lp, B), v[lo:hi], pe[lo:hi], tmp[: n * B].view(n, B), tmp[: n * B]))
         backward.reverse()
+        split = rows(tree.split_src[p].view(H, 2)[inner].reshape(-1), B)
+        r_all = shaped(ws["r"], 2 * M, B)
+        r_rows = shaped(ws["r"], M, 2 * B)
+        cut = self._fill_prefix(
+            table if wide else table.view(-1), split, r_all, r_rows, prefix, 2 if wide else 2 * B
+        )
         if wide:
             cf_src, cf_idx = r[:, 1], position[par]
         else:
@@ -182,11 +193,11 @@ class CFRSolver:
             cf_idx = cf_idx.to(torch.int32)
         return {
             "table_src": table if wide else table.view(-1),
-            "r_all": shaped(ws["r"], 2 * M, B),
-            "r_rows": shaped(ws["r"], M, 2 * B),
+            "r_all": r_all[cut:],
+            "r_rows": r_rows,
             "v_rows": shaped(ws["v"], H, B),
             "pe_all": shaped(ws["pe"], H, B),
-            "split": rows(tree.split_src[p].view(H, 2)[inner].reshape(-1), B),
+            "split": split[cut:],
             "edge": rows(tree.edge_src, B),
             "forward": forward,
             "backward": backward,
@@ -207,10 +218,24 @@ class CFRSolver:
             "rows_total": R,
         }
 
-    def _inner(self) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, torch.Tensor]]]:
+    def _fill_prefix(self, table_src, split, r_all, r_rows, prefix: list, per_position: int) -> int:
+        """Write the reach of the inner nodes at depth ``<= d0`` (see :meth:`_fixed_depth`) into a
+        sweep's workspace, with the sweep's own operations; return where the part of ``split`` and
+        ``r_all`` that changes between iterations starts (``per_position`` entries of ``r_all`` per
+        inner node)."""
+        inner, _, _, d0 = self._inner()
+        cut = int(torch.searchsorted(inner, self.tree.level_bounds[d0][1])) * per_position
+        torch.index_select(table_src, 0, split[:cut], out=r_all[:cut])
+        for idx, tmp_out, r_level, tmp_level in prefix:
+            torch.index_select(r_rows, 0, idx, out=tmp_out)
+            r_level.mul_(tmp_level)
+        return cut
+
+    def _inner(self) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int, int, torch.Tensor]], int]:
         """The inner (non-terminal) nodes in node order, each node's position among them (-1: terminal),
-        and per level below the root ``(first, end, parents)``: the level's inner nodes as one range of
-        positions, and their parents' positions.
+        per level below the root ``(depth, first, end, parents)``: the level's inner nodes as one range
+        of positions, and their parents' positions; and the depth ``d0`` of the shallowest decision
+        (see :meth:`_fixed_depth`).
 
         Reach is only read at decision nodes and at the parents of deeper nodes, never at a terminal,
         so the sweeps keep it for the inner nodes alone: most of the forward sweep's work is skipped
@@ -229,9 +254,22 @@ class CFRSolver:
                 lo, hi = tree.level_bounds[d]
                 a, b = (int(torch.searchsorted(inner, x)) for x in (lo, hi))
                 if b > a:
-                    levels.append((a, b, position[tree.parent[inner[a:b]]]))
-            cached = self._inner_cache = (inner, position, levels)
+                    levels.append((d, a, b, position[tree.parent[inner[a:b]]]))
+            cached = self._inner_cache = (inner, position, levels, self._fixed_depth())
         return cached
+
+    def _fixed_depth(self) -> int:
+        """``d0``: the depth of the shallowest decision node (0 when there is none).
+
+        Every node at depth ``<= d0`` has only chance nodes above it, so its reach is a product of
+        chance probabilities, the same at every iteration and for every player (own reach 1,
+        everyone else's the chance product); and no value above depth ``d0`` is ever read (values
+        are read at decision nodes and their children). The sweeps therefore compute that reach
+        once and skip the levels above ``d0``: in poker, the deals.
+        """
+        tree = self.tree
+        decision = torch.nonzero(tree.kind == DECISION).flatten()
+        return int(tree.depth[decision].min()) if decision.numel() else 0
 
     def _workspace(self) -> dict:
         """Buffers reused by every sweep: allocating (and page-faulting) fresh
@@ -330,63 +368,76 @@ class CFRSolver:
         def shaped(buf, n, k):
             return buf[: n * k].view(n, k) if wide else buf[: n * k]
 
-        inner, position, levels = self._inner()  # reach is kept at the inner nodes only
+        inner, position, levels, d0 = self._inner()  # reach is kept at the inner nodes only
         M = inner.numel()
         widest = max((hi - lo for lo, hi in tree.level_bounds), default=1)
         edges = [tree.player_edges[p] for p in range(N)]
         E = sum(e.numel() for e in edges)
+        # Values: one per player, or player 0's alone in a two-player zero-sum game (player 1's
+        # are their negations, exactly: see `negate` below).
+        zero_sum = N == 2 and bool(torch.equal(tree.node_utility[:, 1], -tree.node_utility[:, 0]))
+        V = 1 if zero_sum else N
         ws = {
             "r": torch.empty(M * N * 2 * B, dtype=dt, device=dev),  # [M, N, 2, B]: (own, others') reach
             "pe": torch.empty(H * B, dtype=dt, device=dev),
-            "v": torch.empty(H * N * B, dtype=dt, device=dev),  # [H, N, B]
+            "v": torch.empty(H * V * B, dtype=dt, device=dev),  # [H, V, B]
             "tmp": torch.empty(widest * N * 2 * B, dtype=dt, device=dev),  # inner levels are narrower
             "g1": torch.empty(E * B, dtype=dt, device=dev),
             "g2": torch.empty(E * B, dtype=dt, device=dev),
             "g3": torch.empty(E * B, dtype=dt, device=dev),
         }
         r = ws["r"].view(M, N, 2, B)
-        v = ws["v"].view(H, N, B)
+        v = ws["v"].view(H, V, B)
         pe = ws["pe"].view(H, B)
         tmp = ws["tmp"]
         K = N * 2 * B
-        forward, backward = [], []
-        for a, b, parents in levels:
+        forward: list = []
+        prefix: list = []
+        backward: list = []
+        for d, a, b, parents in levels:
             n = b - a
-            forward.append((rows(parents, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, N, 2, B)))
-        for d in range(1, len(tree.level_bounds)):
+            op = (rows(parents, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, N, 2, B))
+            (prefix if d <= d0 else forward).append(op)
+        for d in range(d0 + 1, len(tree.level_bounds)):  # no value above depth d0 is read
             lo, hi = tree.level_bounds[d]
             lp = tree.level_parent[d]
             n = hi - lo
             backward.append(
                 (
-                    flat(lp, N * B),
+                    flat(lp, V * B),
                     v[lo:hi],
                     pe[lo:hi].unsqueeze(1),
-                    tmp[: n * N * B].view(n, N, B),
-                    tmp[: n * N * B],
+                    tmp[: n * V * B].view(n, V, B),
+                    tmp[: n * V * B],
                 )
             )
         backward.reverse()
         split = torch.stack([tree.split_src[p].view(H, 2) for p in range(N)], 1)[inner]  # [M, N, 2]
-        split = split.reshape(-1)
-        util = tree.node_utility.unsqueeze(-1).expand(H, N, B).reshape(-1).clone()
-        # per player's decision edges, concatenated player after player
-        own_e = torch.cat([e * N + p for p, e in enumerate(edges)])  # rows of v viewed [H * N, B]
-        own_par = torch.cat([tree.parent[e] * N + p for p, e in enumerate(edges)])
+        split = rows(split.reshape(-1), B)
+        table_src = self._table if wide else self._table.view(-1)
+        r_all = shaped(ws["r"], M * N * 2, B)
+        r_rows = shaped(ws["r"], M, K)
+        cut = self._fill_prefix(table_src, split, r_all, r_rows, prefix, N * 2 if wide else K)
+        util = tree.node_utility[:, :V].unsqueeze(-1).expand(H, V, B).reshape(-1).clone()
+        # per player's decision edges, concatenated player after player; rows of v viewed [H * V, B]
+        own_e = torch.cat([e * V + p % V for p, e in enumerate(edges)])
+        own_par = torch.cat([tree.parent[e] * V + p % V for p, e in enumerate(edges)])
         # others' reach at the parent: rows of r viewed [M * N * 2, B]
         cf_par = torch.cat([position[tree.parent[e]] * N + p for p, e in enumerate(edges)]) * 2 + 1
         nodes = [tree.player_nodes[p] for p in range(N)]
         r_nodes = torch.cat([position[nd] * N + p for p, nd in enumerate(nodes)])  # rows of r as [M * N, 2B]
+        A = tree.max_actions
+        sl = tree.infoset_slices[-1]
         return {
             "ws": ws,
-            "table_src": self._table if wide else self._table.view(-1),
-            "r_all": shaped(ws["r"], M * N * 2, B),
-            "r_rows": shaped(ws["r"], M, K),
+            "table_src": table_src,
+            "r_all": r_all[cut:],
+            "r_rows": r_rows,
             "r_pairs": shaped(ws["r"], M * N, 2 * B),
             "r_single": shaped(ws["r"], M * N * 2, B),
-            "v_rows": shaped(ws["v"], H * N, B),
+            "v_rows": shaped(ws["v"], H * V, B),
             "pe_all": shaped(ws["pe"], H, B),
-            "split": rows(split, B),
+            "split": split[cut:],
             "edge": rows(tree.edge_src, B),
             "forward": forward,
             "backward": backward,
@@ -395,6 +446,11 @@ class CFRSolver:
             "v_par": rows(own_par, B),
             "cf_par": rows(cf_par, B),
             "inst": flat(torch.cat([tree.edge_flat[e] for e in edges]), B),
+            # Player 1's values are player 0's negated: each of its terms v(ha) - v(h) comes out
+            # negated (x and y negated give -(x - y) exactly), products by the reach too, and a sum
+            # of negated terms is the negated sum (rounding to nearest is symmetric). So player 1's
+            # regrets are those of player 0's values, negated once at the end: the same numbers.
+            "negate": (sl.start * A * B, sl.stop * A * B) if zero_sum else None,
             "r_nodes": rows(r_nodes, 2 * B),
             "sums": flat(torch.cat([tree.infoset[nd] for nd in nodes]), 2 * B),
             "g": tuple(shaped(ws[k], E, B) for k in ("g1", "g2", "g3")),
@@ -430,6 +486,9 @@ class CFRSolver:
         dt, dv = self._table.dtype, self._table.device
         inst = torch.zeros(n_is * A * B, dtype=dt, device=dv)
         inst.scatter_add_(0, plan["inst"], g2.reshape(-1))
+        if plan["negate"] is not None:
+            lo, hi = plan["negate"]
+            inst[lo:hi].neg_()
         sums = torch.zeros(n_is * 2 * B, dtype=dt, device=dv)
         sums.scatter_add_(
             0, plan["sums"], torch.index_select(plan["r_pairs"], 0, plan["r_nodes"]).reshape(-1)
@@ -499,7 +558,7 @@ class CFRSolver:
             for p in range(tree.num_players):
                 inst, reach, cf_reach = self._player_quantities(p)
                 self._apply(p, inst, reach, cf_reach, self._plan[p]["policy_view"].clone())
-        elif tree.num_nodes * tree.num_players * self.batch <= JOINT_MAX:
+        elif self._fits_one_sweep:
             inst, reach, cf_reach = self._joint_quantities()
             old = self.policy.clone()
             if self._shared is not None:

@@ -212,6 +212,56 @@ def test_shared_hooks_of_a_per_infoset_algorithm_give_bitwise_the_per_player_num
     assert seen == [(-1, (1, tree.num_infosets, tree.max_actions))]
 
 
+@pytest.mark.parametrize(
+    "game_string,zero_sum",
+    [
+        ("leduc_poker", True),
+        ("tiny_hanabi", False),
+        ("kuhn_poker(players=3)", False),
+        ("goofspiel(num_cards=4,imp_info=True)", True),
+    ],
+)
+@pytest.mark.parametrize("batch", [1, 5])
+def test_one_joint_sweep_gives_bitwise_the_numbers_of_one_sweep_per_player(
+    monkeypatch, game_string, zero_sum, batch
+):
+    """Simultaneous updates sweep the tree once for every player: in a two-player zero-sum game
+    with player 0's values alone (player 1's regrets negated), above the first decision with the
+    chance reach computed once. Every number equals that of one sweep per player (what larger
+    trees run), to the bit."""
+    tree = load_game(game_string, "cpu")
+    joint = CFRSolver(tree, "dcfr", alternating=False, batch=batch, device="cpu")
+    assert joint._joint is not None and (joint._joint["negate"] is not None) == zero_sum
+    monkeypatch.setattr(cfr_module, "JOINT_MAX", 0)  # what a tree too big for one sweep runs
+    separate = CFRSolver(tree, "dcfr", alternating=False, batch=batch, device="cpu")
+    assert separate._joint is None
+    for _ in range(20):
+        joint.step()
+        separate.step()
+    assert separate._joint is None
+    assert torch.equal(joint.current_policy(), separate.current_policy())
+    assert torch.equal(joint.average_policy(), separate.average_policy())
+    for a, b in zip(joint.players, separate.players):
+        assert torch.equal(a.cum_regret, b.cum_regret) and torch.equal(a.cum_policy, b.cum_policy)
+
+
+def test_the_sweeps_skip_the_deals_above_the_first_decision():
+    """Poker deals cards before anyone acts: those levels' reach is fixed and their values unread."""
+    for game_string, depth in [
+        ("kuhn_poker", 2),
+        ("leduc_poker", 2),
+        ("goofspiel(num_cards=3,points_order=descending)", 0),
+    ]:
+        solver = CFRSolver(load_game(game_string, "cpu"), "cfr", device="cpu")
+        assert solver._inner()[3] == depth, game_string
+    tree = load_game("leduc_poker", "cpu")
+    solver = CFRSolver(tree, "cfr", alternating=False, device="cpu")
+    # the backward sweep stops at the level below depth 2; the forward one starts below it
+    assert len(solver._joint["backward"]) == len(tree.level_bounds) - 3
+    inner = int((tree.kind != 2).sum())
+    assert solver._joint["split"].numel() == (inner - 37) * tree.num_players * 2  # 37 nodes at depth <= 2
+
+
 def test_simultaneous_cfr_plus_on_leduc_matches_openspiel():
     tree = load_game("leduc_poker", "cpu")
     game = load_openspiel_game("leduc_poker")
