@@ -228,7 +228,7 @@ def test_one_joint_sweep_gives_bitwise_the_numbers_of_one_sweep_per_player(
     """Simultaneous updates sweep the tree once for every player: in a two-player zero-sum game
     with player 0's values alone (player 1's regrets negated), above the first decision with the
     chance reach computed once. Every number equals that of one sweep per player (what larger
-    trees run), to the bit."""
+    trees run) exactly."""
     tree = load_game(game_string, "cpu")
     joint = CFRSolver(tree, "dcfr", alternating=False, batch=batch, device="cpu")
     assert joint._joint is not None and (joint._joint["negate"] is not None) == zero_sum
