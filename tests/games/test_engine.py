@@ -26,7 +26,7 @@ from societas.marl.games import (
 )
 from societas.marl.games import cfr as cfr_module
 from societas.marl.games.algorithms import DCFR, get_algorithm
-from societas.marl.games.tree import build_arrays, expand_game_tree
+from societas.marl.games.tree import TERMINAL, build_arrays, expand_game_tree
 
 GAMES = [
     "kuhn_poker",
@@ -258,8 +258,10 @@ def test_the_sweeps_skip_the_deals_above_the_first_decision():
     solver = CFRSolver(tree, "cfr", alternating=False, device="cpu")
     # the backward sweep stops at the level below depth 2; the forward one starts below it
     assert len(solver._joint["backward"]) == len(tree.level_bounds) - 3
-    inner = int((tree.kind != 2).sum())
-    assert solver._joint["split"].numel() == (inner - 37) * tree.num_players * 2  # 37 nodes at depth <= 2
+    inner = int((tree.kind != TERMINAL).sum())
+    dealt = tree.level_bounds[2][1]  # the 1 + 6 + 30 histories at depth <= 2, none terminal
+    assert dealt == 37
+    assert solver._joint["split"].numel() == (inner - dealt) * tree.num_players * 2
 
 
 def test_simultaneous_cfr_plus_on_leduc_matches_openspiel():
