@@ -76,6 +76,15 @@ def tiny_llm(embedded_dir):
     return TransformersLLM(model, tok, device="cpu", name="tiny")
 
 
+@pytest.fixture(scope="session")
+def tiny_dir(tiny_llm, tmp_path_factory):
+    """The tiny Llama saved as a local model, by its URI (``hf:PATH``), for what loads a model by name."""
+    d = tmp_path_factory.mktemp("tiny_model")
+    tiny_llm.model.save_pretrained(d)
+    tiny_llm.tokenizer.save_pretrained(d)
+    return "hf:" + str(d)
+
+
 def _chromium() -> str | None:
     return os.environ.get("SOCIETAS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -96,14 +96,6 @@ def test_only_finite_numbers_become_points(tmp_path, monkeypatch):
 # -- marl.llm ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tiny_llm, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_model")
-    tiny_llm.model.save_pretrained(d)
-    tiny_llm.tokenizer.save_pretrained(d)
-    return "hf:" + str(d)
-
-
 def llm_expected(metrics: list[dict]) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     for row in metrics:

@@ -79,14 +79,6 @@ def _view(results):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_llm, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-model")
-    tiny_llm.model.save_pretrained(d)
-    tiny_llm.tokenizer.save_pretrained(d)
-    return "hf:" + str(d)
-
-
-@pytest.fixture(scope="module")
 def ray_session():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
@@ -98,18 +90,18 @@ def ray_session():
 
 
 @pytest.fixture(scope="module")
-def pool(ray_session, model_dir):
+def pool(ray_session, tiny_dir):
     from societas.marl.llm.distributed import RayRollouts
 
-    with RayRollouts(CountA(), model_dir, 2, threads=1) as p:
+    with RayRollouts(CountA(), tiny_dir, 2, threads=1) as p:
         yield p
 
 
 @pytest.mark.slow
-def test_ray_matches_local_and_applies_weights(pool, model_dir):
+def test_ray_matches_local_and_applies_weights(pool, tiny_dir):
     recipe = CountA()
     episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
-    backend = Backend(TrainConfig(model=model_dir), recipe)
+    backend = Backend(TrainConfig(model=tiny_dir), recipe)
     local = recipe.run_episodes(backend.llms(), episodes, train=True)
     assert all(len(r.samples) == 1 for r in local)
     assert len({tuple(s.completion_ids) for r in local for s in r.samples}) > 1  # seeds differ per episode
@@ -159,13 +151,13 @@ def test_missing_ray_explains(monkeypatch):
 
 
 @pytest.mark.slow
-def test_train_with_rollout_workers(pool, ray_session, model_dir, tmp_path):
+def test_train_with_rollout_workers(pool, ray_session, tiny_dir, tmp_path):
     pool.close()  # free its CPUs for the loop's own workers (Ray was started with 2)
     from societas.marl.llm.loop import train
     from societas.marl.llm.trainer import GRPOConfig
 
     cfg = TrainConfig(
-        model=model_dir, steps=1, eval_every=1, rollout_workers=2, threads=1, grpo=GRPOConfig(lr=1e-3)
+        model=tiny_dir, steps=1, eval_every=1, rollout_workers=2, threads=1, grpo=GRPOConfig(lr=1e-3)
     )
     res = train(CountA(), cfg, out=tmp_path / "run")
     rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -175,7 +167,7 @@ def test_train_with_rollout_workers(pool, ray_session, model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_dir):
+def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, tiny_dir):
     """With LoRA, the loop's state dicts hold adapter keys; a rollout worker built
     from the same GRPOConfig loads them and samples as the loop's own policy does."""
     pytest.importorskip("peft")
@@ -186,7 +178,7 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
         lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
     )
     recipe = CountA()
-    backend = Backend(TrainConfig(model=model_dir, grpo=grpo), recipe)
+    backend = Backend(TrainConfig(model=tiny_dir, grpo=grpo), recipe)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # lora_B starts at zero: move the adapters so that they matter
         for n, prm in backend.trainers["p"].model.named_parameters():
@@ -197,7 +189,7 @@ def test_lora_policies_reach_the_workers_with_their_adapters(ray_session, model_
     episodes = recipe.train_episodes(0, episode_seed(0, "train", 0))
     local = recipe.run_episodes(backend.llms(), episodes, train=True)
 
-    worker = RolloutWorker(recipe, model_dir, "auto", 1, grpo)  # what each Ray actor builds
+    worker = RolloutWorker(recipe, tiny_dir, "auto", 1, grpo)  # what each Ray actor builds
     before = worker.run(episodes, True, None)
     assert _view(before) != _view(local)  # the adapters change what is sampled
     refs = {name: ray_session.put(sd) for name, sd in weights.items()}

@@ -29,14 +29,6 @@ from societas.topology.graph import Graph
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tiny_llm, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_model")
-    tiny_llm.model.save_pretrained(d)
-    tiny_llm.tokenizer.save_pretrained(d)
-    return "hf:" + str(d)
-
-
 class CountA(Recipe):
     """Reward = number of 'a' in a one-node answer; module-level so it pickles."""
 

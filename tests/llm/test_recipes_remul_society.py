@@ -35,14 +35,6 @@ def _policy(tiny_llm):
     return TokenRecorder(TransformersLLM(copy.deepcopy(tiny_llm.model), tiny_llm.tokenizer, device="cpu"))
 
 
-@pytest.fixture(scope="module")
-def tiny_uri(tiny_llm, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_model")
-    tiny_llm.model.save_pretrained(d)
-    tiny_llm.tokenizer.save_pretrained(d)
-    return "hf:" + str(d)
-
-
 # -- questions ---------------------------------------------------------------------------------------
 
 
@@ -425,7 +417,7 @@ def test_society_episodes_with_a_tiny_model(tiny_llm):
 
 
 @pytest.mark.parametrize("which", ["remul", "society"])
-def test_train_one_step(which, tiny_uri, tmp_path):
+def test_train_one_step(which, tiny_dir, tmp_path):
     if which == "remul":
         rec = RemulRecipe(
             questions_per_step=1,
@@ -435,7 +427,7 @@ def test_train_one_step(which, tiny_uri, tmp_path):
             eval_questions=2,
             sft_batch=2,
         )
-        cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
+        cfg = TrainConfig(model=tiny_dir, steps=1, sft_steps=1, eval_every=1, threads=1)
     else:
         rec = SocietyRecipe(
             n_personas=2,
@@ -446,7 +438,7 @@ def test_train_one_step(which, tiny_uri, tmp_path):
             eval_questions=2,
             sft_batch=2,
         )
-        cfg = TrainConfig(model=tiny_uri, steps=1, sft_steps=1, eval_every=1, threads=1)
+        cfg = TrainConfig(model=tiny_dir, steps=1, sft_steps=1, eval_every=1, threads=1)
     out = tmp_path / which
     res = train(rec, cfg, out=out)
     for f in ("metrics.jsonl", "summary.md", "reward.png", "config.yaml", "rollouts.jsonl"):
