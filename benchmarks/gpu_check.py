@@ -25,10 +25,12 @@ still run; a missing package is named with the wheel to bring along):
    random weights, from the config and tokenizer in ``build/gpu-wheels/smollm2``
    — the same work per token, every completion running to the token limit.
 
-``--dry-run`` runs the same code on the CPU with tiny sizes (3-player Kuhn
-poker, 64 envs, two training updates, a 2-layer random Llama) in well under a
-minute. Progress goes to standard error; standard output gets ONE line, a JSON
-object with a key per section.
+``--dry-run`` runs the same code with tiny sizes (3-player Kuhn poker, 64
+envs, two training updates, a 2-layer random Llama) in well under a minute, on
+the CPU unless ``--device`` names another: ``--dry-run --device cuda`` is a
+seconds-long first pass on a GPU, and the tests run it on a CUDA device
+emulated on the CPU. Progress goes to standard error; standard output gets ONE
+line, a JSON object with a key per section.
 
 The GPU machine has no network: ``make gpu-wheels`` (here) writes what it
 lacks into ``build/gpu-wheels`` — wheels, the 3-player Leduc tree compressed
@@ -663,8 +665,10 @@ def prepare_assets(folder: Path, games: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu; --dry-run always uses cpu")
-    ap.add_argument("--dry-run", action="store_true", help="the same code on the CPU with tiny sizes")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda, or cpu with --dry-run)")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="the same code with tiny sizes (on the CPU unless --device)"
+    )
     ap.add_argument(
         "--assets", type=Path, default=None, help=f"carried trees and tokenizer (default {ASSETS} if present)"
     )
@@ -688,9 +692,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     import torch
 
-    if args.dry_run:
-        device = torch.device("cpu")
-    elif args.device.startswith("cuda"):
+    if args.device is None:
+        args.device = "cpu" if args.dry_run else "cuda"
+    if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             print(
                 "gpu_check: CUDA is not available on this machine (torch "

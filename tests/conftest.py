@@ -28,6 +28,12 @@ def _share_cores() -> None:
 
 _share_cores()
 
+# The CUDA paths on an emulated device run in a process of their own (tests/test_emulated_cuda.py
+# starts it with this variable set): the emulation registers a device before the process's first
+# backward pass, which a worker of this run has long had.
+EMULATED_CUDA_ENV = "SOCIETAS_EMULATED_CUDA"
+collect_ignore = [] if os.environ.get(EMULATED_CUDA_ENV) else ["emulated_cuda"]
+
 # Screenshots the browser tests keep, to be looked at (ignored by git).
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 
