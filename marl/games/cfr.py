@@ -32,6 +32,7 @@ number (Zinkevich et al., 2007).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,11 +125,9 @@ class CFRSolver:
         )
 
     def _make_plan(self, p: int) -> dict:
-        """Index tensors and pre-sliced workspace views for player p's sweeps.
+        """Index tensors and pre-sliced workspace views for player p's sweeps
+        (index layouts: :meth:`_indexers`).
 
-        Narrow rows (B < 4) use 1-D gathers/scatters over the flattened
-        storage, several times faster than row gathers of one or two values;
-        wide rows (B >= 4) use row gathers, whose index tensors stay small.
         Slicing is done here once: inside the loop it would cost more than the
         arithmetic on Leduc-sized trees.
         """
@@ -140,44 +139,18 @@ class CFRSolver:
         H = tree.num_nodes
         R = tree.table_rows
         wide = B >= 4
-
-        small = max(R, 2 * H) * B < 2**31  # gathers read 32-bit indices where they fit
-
-        def rows(idx, k):  # row idx of a node-major tensor with k values per row (for gathers)
-            out = idx if wide else (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
-            return out.to(torch.int32) if small else out
-
-        def flat(idx, k):  # always 1-D: sums go through scatter_add_ (half index_add_'s time on the CPU)
-            return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
-
-        def shaped(buf, n, k):  # a buffer viewed as n rows of k values
-            return buf[: n * k].view(n, k) if wide else buf[: n * k]
-
+        small = max(R, 2 * H) * B < 2**31
+        rows, flat, shaped = self._indexers(small)
         edges = tree.player_edges[p]
         par = tree.parent[edges]
         nodes = tree.player_nodes[p]
         E = edges.numel()
         ws = self._ws
         table = self._table
-        inner, position, levels, d0 = self._inner()
+        inner, position, _, _ = self._inner()
         M = inner.numel()
         r = ws["r"].view(M, 2, B)
-        v = ws["v"].view(H, B)
-        pe = ws["pe"].view(H, B)
-        tmp = ws["tmp"]
-        forward: list = []
-        prefix: list = []
-        backward: list = []
-        for d, a, b, parents in levels:
-            n = b - a
-            op = (rows(parents, 2 * B), shaped(tmp, n, 2 * B), r[a:b], tmp[: n * 2 * B].view(n, 2, B))
-            (prefix if d <= d0 else forward).append(op)
-        for d in range(d0 + 1, len(tree.level_bounds)):  # no value above depth d0 is read
-            lo, hi = tree.level_bounds[d]
-            lp = tree.level_parent[d]
-            n = hi - lo
-            backward.append((flat(lp, B), v[lo:hi], pe[lo:hi], tmp[: n * B].view(n, B), tmp[: n * B]))
-        backward.reverse()
+        forward, prefix, backward = self._sweep_levels(rows, flat, shaped, ws, (2, B), 1)
         split = rows(tree.split_src[p].view(H, 2)[inner].reshape(-1), B)
         r_all = shaped(ws["r"], 2 * M, B)
         r_rows = shaped(ws["r"], M, 2 * B)
@@ -217,6 +190,71 @@ class CFRSolver:
             "table_view": table[sl.start * A : sl.stop * A],
             "rows_total": R,
         }
+
+    def _indexers(self, small: bool) -> tuple[Callable, Callable, Callable]:
+        """The index builders of a sweep plan for this solver's batch ``B``.
+
+        Narrow rows (B < 4) use 1-D gathers/scatters over the flattened
+        storage, several times faster than row gathers of one or two values;
+        wide rows (B >= 4) use row gathers, whose index tensors stay small.
+        ``small``: every gathered tensor has fewer than 2**31 entries, so
+        gathers read 32-bit indices.
+
+        ``rows(idx, k)``: gather indices of rows ``idx`` of a node-major tensor
+        with ``k`` values per row; ``flat(idx, k)``: the same, always 1-D (sums
+        go through ``scatter_add_``, half ``index_add_``'s time on the CPU);
+        ``shaped(buf, n, k)``: a buffer viewed as ``n`` rows of ``k`` values.
+        """
+        dev = self.tree.device
+        wide = self.batch >= 4
+
+        def rows(idx: torch.Tensor, k: int) -> torch.Tensor:
+            out = idx if wide else (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+            return out.to(torch.int32) if small else out
+
+        def flat(idx: torch.Tensor, k: int) -> torch.Tensor:
+            return (idx[:, None] * k + torch.arange(k, device=dev)).reshape(-1)
+
+        def shaped(buf: torch.Tensor, n: int, k: int) -> torch.Tensor:
+            return buf[: n * k].view(n, k) if wide else buf[: n * k]
+
+        return rows, flat, shaped
+
+    def _sweep_levels(
+        self, rows: Callable, flat: Callable, shaped: Callable, ws: dict, reach: tuple[int, ...], V: int
+    ) -> tuple[list, list, list]:
+        """The level-by-level operations of a plan's sweeps over the workspace ``ws``, whose reach
+        holds ``reach`` values per inner node (``(2, B)``: one player's own and others' reach;
+        ``(N, 2, B)``: every player's) and whose values ``V * B`` per node.
+
+        Returns ``(forward, prefix, backward)``: the reach products of the levels below the first
+        decision depth ``d0`` and of those at or above it (:meth:`_fill_prefix` runs these once),
+        and the value sums from the deepest level up to ``d0 + 1`` (no value above ``d0`` is read).
+        """
+        tree = self.tree
+        B = self.batch
+        _, _, levels, d0 = self._inner()
+        K = math.prod(reach)
+        H = tree.num_nodes
+        r = ws["r"].view(-1, *reach)
+        v = ws["v"].view(H, V, B)
+        pe = ws["pe"].view(H, 1, B)
+        tmp = ws["tmp"]
+        forward: list = []
+        prefix: list = []
+        for d, a, b, parents in levels:
+            n = b - a
+            op = (rows(parents, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, *reach))
+            (prefix if d <= d0 else forward).append(op)
+        backward = []
+        for d in range(len(tree.level_bounds) - 1, d0, -1):
+            lo, hi = tree.level_bounds[d]
+            n = hi - lo
+            part = tmp[: n * V * B]
+            backward.append(
+                (flat(tree.level_parent[d], V * B), v[lo:hi], pe[lo:hi], part.view(n, V, B), part)
+            )
+        return forward, prefix, backward
 
     def _fill_prefix(self, table_src, split, r_all, r_rows, prefix: list, per_position: int) -> int:
         """Write the reach of the inner nodes at depth ``<= d0`` (see :meth:`_fixed_depth`) into a
@@ -354,21 +392,8 @@ class CFRSolver:
         dev = tree.device
         dt = tree.dtype
         wide = B >= 4
-        ar = torch.arange
-
-        small = max(tree.table_rows, 2 * H * N) * B < 2**31  # gathers read 32-bit indices where they fit
-
-        def rows(idx, k):  # for gathers
-            out = idx if wide else (idx[:, None] * k + ar(k, device=dev)).reshape(-1)
-            return out.to(torch.int32) if small else out
-
-        def flat(idx, k):
-            return (idx[:, None] * k + ar(k, device=dev)).reshape(-1)
-
-        def shaped(buf, n, k):
-            return buf[: n * k].view(n, k) if wide else buf[: n * k]
-
-        inner, position, levels, d0 = self._inner()  # reach is kept at the inner nodes only
+        rows, flat, shaped = self._indexers(max(tree.table_rows, 2 * H * N) * B < 2**31)
+        inner, position, _, _ = self._inner()  # reach is kept at the inner nodes only
         M = inner.numel()
         widest = max((hi - lo for lo, hi in tree.level_bounds), default=1)
         edges = [tree.player_edges[p] for p in range(N)]
@@ -386,32 +411,8 @@ class CFRSolver:
             "g2": torch.empty(E * B, dtype=dt, device=dev),
             "g3": torch.empty(E * B, dtype=dt, device=dev),
         }
-        r = ws["r"].view(M, N, 2, B)
-        v = ws["v"].view(H, V, B)
-        pe = ws["pe"].view(H, B)
-        tmp = ws["tmp"]
         K = N * 2 * B
-        forward: list = []
-        prefix: list = []
-        backward: list = []
-        for d, a, b, parents in levels:
-            n = b - a
-            op = (rows(parents, K), shaped(tmp, n, K), r[a:b], tmp[: n * K].view(n, N, 2, B))
-            (prefix if d <= d0 else forward).append(op)
-        for d in range(d0 + 1, len(tree.level_bounds)):  # no value above depth d0 is read
-            lo, hi = tree.level_bounds[d]
-            lp = tree.level_parent[d]
-            n = hi - lo
-            backward.append(
-                (
-                    flat(lp, V * B),
-                    v[lo:hi],
-                    pe[lo:hi].unsqueeze(1),
-                    tmp[: n * V * B].view(n, V, B),
-                    tmp[: n * V * B],
-                )
-            )
-        backward.reverse()
+        forward, prefix, backward = self._sweep_levels(rows, flat, shaped, ws, (N, 2, B), V)
         split = torch.stack([tree.split_src[p].view(H, 2) for p in range(N)], 1)[inner]  # [M, N, 2]
         split = rows(split.reshape(-1), B)
         table_src = self._table if wide else self._table.view(-1)
