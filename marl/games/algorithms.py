@@ -62,7 +62,7 @@ class DiscountedRegret:
 
     def update(self, cum_regret, inst_regret, ctx: HookContext):
         r = cum_regret + inst_regret
-        t = torch.as_tensor(float(ctx.iteration), dtype=r.dtype, device=r.device)
+        t = _t(ctx, r)
         ta = t ** batch_param(self.alpha, r)
         tb = t ** batch_param(self.beta, r)
         return torch.where(r >= 0, r * (ta / (ta + 1)), r * (tb / (tb + 1)))
@@ -87,8 +87,7 @@ class WeightedAverage:
         g = self.gamma
         if isinstance(g, (int, float)) and g == 0:
             return cum_policy + w
-        t = torch.as_tensor(float(ctx.iteration), dtype=w.dtype, device=w.device)
-        return cum_policy + (t ** batch_param(g, w)) * w
+        return cum_policy + (_t(ctx, w) ** batch_param(g, w)) * w
 
 
 # --------------------------------------------------------------- variants --
@@ -148,8 +147,9 @@ def algorithm_names() -> list[str]:
 
 
 def _t(ctx: HookContext, ref: torch.Tensor) -> torch.Tensor:
-    """``ctx.iteration`` (1-indexed ``t``) as a scalar tensor like ``ref``."""
-    return torch.as_tensor(float(ctx.iteration), dtype=ref.dtype, device=ref.device)
+    """``ctx.iteration`` (1-indexed ``t``) as a scalar tensor like ``ref`` (filled in on the
+    device: a copy from the host would make it wait for the GPU every iteration)."""
+    return torch.full((), float(ctx.iteration), dtype=ref.dtype, device=ref.device)
 
 
 class PredictiveRegretMatching:
@@ -274,6 +274,9 @@ def HSPCFRPlus(
     """
 
     def schedule(s: int):
+        if all(isinstance(x, (int, float)) for x in (gamma_start, gamma_drop, total_iterations)):
+            # a number, the same double arithmetic as below: no tensor for the hooks to copy to the GPU
+            return float(gamma_start) - float(gamma_drop) * float(s) / float(total_iterations)
         g0 = torch.as_tensor(gamma_start, dtype=torch.float64)
         dg = torch.as_tensor(gamma_drop, dtype=torch.float64)
         T = torch.as_tensor(total_iterations, dtype=torch.float64)
@@ -373,7 +376,7 @@ class VADPolicy:
     def update(self, cum_regret, prev_policy, ctx: HookContext):
         p, ref = self.p, cum_regret
         _, v, d_pos, d_neg = self.vol.step(ctx.inst_regret, ctx)
-        n = torch.as_tensor(float(ctx.iteration - 1), dtype=ref.dtype, device=ref.device)
+        n = torch.full((), float(ctx.iteration - 1), dtype=ref.dtype, device=ref.device)
         base = batch_param(p["initial_optimism_factor"], ref) / (
             1.0 + n / batch_param(p["optimism_decay_factor"], ref)
         )
@@ -401,10 +404,15 @@ class VADAverage:
 
     def update(self, cum_policy, policy, reach, cf_reach, ctx: HookContext):
         p, ref = self.p, cum_policy
-        warm = batch_param(p["warmup_iterations"], ref)
-        active = (ctx.iteration - 1) >= warm
-        if not bool(torch.as_tensor(active).any()):
-            return cum_policy
+        warm = p["warmup_iterations"]
+        if isinstance(warm, (int, float)):  # decided on the host, without reading the device
+            active: Any = (ctx.iteration - 1) >= warm
+            if not active:
+                return cum_policy
+        else:  # per variant
+            active = (ctx.iteration - 1) >= batch_param(warm, ref)
+            if not bool(active.any()):
+                return cum_policy
         m = ctx.inst_regret.abs().amax(-1, keepdim=True)  # [B, I_p, 1]
         mx = batch_param(p["max_expected_instantaneous_regret"], ref)
         safe = torch.where(mx > 0, mx, torch.ones_like(mx))
@@ -417,7 +425,8 @@ class VADAverage:
         w_stab = 1.0 / (1.0 + m ** batch_param(p["stability_exponent"], ref))
         w_mag = ((1.0 + m / mx) ** batch_param(p["regret_magnitude_weighting_exponent"], ref)).clamp(min=0.1)
         w = w_time * w_stab * w_mag
-        return torch.where(active, cum_policy + w * reach.unsqueeze(-1) * policy, cum_policy)
+        updated = cum_policy + w * reach.unsqueeze(-1) * policy
+        return updated if active is True else torch.where(active, updated, cum_policy)
 
 
 def VADCFR(

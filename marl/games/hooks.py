@@ -75,7 +75,12 @@ class Algorithm:
 
 def batch_param(x: Any, ref: torch.Tensor) -> torch.Tensor:
     """A scalar or a ``[B]`` sequence of per-variant parameters as ``[B, 1, 1]``
-    (or a broadcastable scalar tensor) on ``ref``'s device and dtype."""
+    (or a broadcastable scalar tensor) on ``ref``'s device and dtype.
+
+    A plain number is filled in on the device: copying it from the host would make
+    the host wait for the GPU at every call (hooks call this every iteration)."""
+    if isinstance(x, (int, float)):
+        return torch.full((), x, dtype=ref.dtype, device=ref.device)
     t = torch.as_tensor(x, dtype=ref.dtype, device=ref.device)
     if t.dim() == 0:
         return t
