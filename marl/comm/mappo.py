@@ -553,7 +553,10 @@ class MAPPO:
         final_v = torch.zeros(T, B, N, device=dev, dtype=dt)  # bootstrap value after truncation
         samples: dict[str, list[Tensor]] = {}
         rnn0 = None if self._rnn is None else self._rnn.clone()
-        returns, lengths, messages = [], [], 0.0
+        returns, lengths = [], []
+        # summed on the device, in float64 as a Python float would be: reading each step's value
+        # back would make the host wait for the GPU at every step
+        messages = torch.zeros((), dtype=torch.float64, device=dev)
 
         for t in range(T):
             obs, first = self._obs, self._first
@@ -566,14 +569,19 @@ class MAPPO:
             value = self.critic(cin)
             for k, v in co.samples.items():
                 samples.setdefault(k, []).append(v)
-            messages += float(co.messages.float().mean())
+            messages += co.messages.float().mean().to(torch.float64)
 
             next_obs, rewards, terminated, truncated, info = self.env.step(
                 {a: actions[:, i] for i, a in enumerate(self.agents)}
             )
             r = torch.stack([rewards[a].to(dt) for a in self.agents], -1)
             ended = terminated | truncated
-            if cfg.bootstrap_truncation and bool(truncated.any()):
+            # whether any episode ended, from the env's host-side flags when it gives them (see
+            # BatchedMultiAgentEnv.step), else read back from the device
+            known = "any_truncated" in info and "any_terminated" in info
+            any_truncated = bool(info["any_truncated"]) if known else bool(truncated.any())
+            any_ended = (any_truncated or bool(info["any_terminated"])) if known else bool(ended.any())
+            if cfg.bootstrap_truncation and any_truncated:
                 fobs = self._pad(info["final_observation"])
                 fstate = self._final_state(info) if self.centralised else None
                 if not self.centralised or fstate is not None:
@@ -585,7 +593,7 @@ class MAPPO:
 
             self._ep_ret += r
             self._ep_len += 1
-            if bool(ended.any()):
+            if any_ended:
                 returns.append(self._ep_ret[ended].mean(-1))
                 lengths.append(self._ep_len[ended])
                 self._ep_ret[ended] = 0.0
@@ -616,7 +624,7 @@ class MAPPO:
             "mean_episode_return": None if ep is None else float(ep.mean()),
             "std_episode_return": None if ep is None else float(ep.std(unbiased=False)),
             "mean_episode_length": None if not lengths else float(torch.cat(lengths).float().mean()),
-            "messages_per_step": messages / T,
+            "messages_per_step": float(messages) / T,
         }
         return roll, stats
 

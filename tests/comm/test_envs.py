@@ -154,6 +154,26 @@ def test_partial_auto_reset(task):
 
 
 @pytest.mark.parametrize("task", list(TASKS))
+def test_the_host_side_end_flags_say_what_the_tensors_say(task):
+    """``info["any_truncated"]`` / ``["any_terminated"]`` (what a trainer reads instead of the
+    tensors) at every step, with rows whose episodes end at different steps."""
+    cls, mod = TASKS[task]
+    env = cls(num_envs=3, device="cpu", seed=0)
+    ref = mod.parallel_env()
+    ref.reset(seed=4)
+    for _ in range(7):
+        ref.step(dict.fromkeys(ref.agents, 0))
+    env.load_mpe_state(1, ref)
+    seen = []
+    for _ in range(80):
+        _, _, term, trunc, info = env.step(env.sample_actions())
+        assert info["any_terminated"] is bool(term.any()) is False
+        assert info["any_truncated"] is bool(trunc.any())
+        seen.append(info["any_truncated"])
+    assert sum(seen) == 6  # rows 0 and 2 end at steps 25, 50, 75; row 1 at 18, 43, 68
+
+
+@pytest.mark.parametrize("task", list(TASKS))
 def test_initial_state_distribution(task):
     """Fresh episodes: goals uniform over the 3 landmarks, positions in [-1, 1]^2,
     zero velocity and comm, goal colours equal to mpe2's landmark colours."""

@@ -74,7 +74,11 @@ class BatchedMultiAgentEnv(ABC):
         terminated, truncated, info)`` with ``obs[agent]`` ``[B, obs_size]``,
         ``rewards[agent]`` ``[B]``, ``terminated``/``truncated`` ``[B]`` bool and
         ``info["final_observation"]`` as described in the module docstring.
-        Ended rows are reset automatically.
+        Ended rows are reset automatically. An env may also give
+        ``info["any_terminated"]`` and ``info["any_truncated"]``, Python bools
+        it knows on the host: a trainer on a GPU then need not read
+        ``terminated`` and ``truncated`` back at every step to learn whether
+        an episode ended.
         """
 
     @abstractmethod
@@ -227,8 +231,16 @@ class MPEBatchedEnv(BatchedMultiAgentEnv):
             self._max_steps_bound += 1
             truncated = self._steps >= self.max_cycles
             obs, state = self._observe()
-            info: dict[str, Any] = {"final_observation": obs, "final_state": state}
-            if self._max_steps_bound >= self.max_cycles and bool(truncated.any()):
+            # No row terminates, and none is truncated before the host-side bound on the rows' step
+            # counts reaches max_cycles: only then is ``truncated`` read back from the device.
+            any_truncated = self._max_steps_bound >= self.max_cycles and bool(truncated.any())
+            info: dict[str, Any] = {
+                "final_observation": obs,
+                "final_state": state,
+                "any_terminated": False,
+                "any_truncated": any_truncated,
+            }
+            if any_truncated:
                 self._reset_rows(truncated)
                 obs, state = self._observe()
             self._obs, self._state = obs, state
