@@ -37,7 +37,10 @@ process of their own (``tests/emulated_cuda``, started by
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,6 +107,8 @@ class EmulatedTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.Tensor.tolist:
+            _record("tolist")
         if func in (torch.Tensor.untyped_storage, torch.Tensor.data_ptr, torch.Tensor.tolist):
             # storage identity (tied weights, aliasing) is the wrapped tensor's; ``tolist`` copies to
             # the host, as on CUDA
@@ -167,6 +172,61 @@ def _wrap(x: Any) -> Any:
         return EmulatedTensor(x)
 
 
+# operations whose result the host must wait for on CUDA: a value read back, or an output whose
+# size depends on the data
+_SYNCING = {
+    aten._local_scalar_dense.default: "a value read on the host (.item(), int(), float(), bool())",
+    # the same under inference mode, where these reach the emulation before decomposing
+    aten.item.default: "a value read on the host (.item(), int(), float(), bool())",
+    aten.is_nonzero.default: "a value read on the host (.item(), int(), float(), bool())",
+    aten.equal.default: "a value read on the host (torch.equal)",
+    aten.allclose.default: "a value read on the host (torch.allclose)",
+    aten.nonzero.default: "nonzero (its size depends on the data)",
+    aten.masked_select.default: "masked_select (its size depends on the data)",
+    aten._unique2.default: "unique (its size depends on the data)",
+    aten.unique_consecutive.default: "unique_consecutive (its size depends on the data)",
+    aten.unique_dim.default: "unique (its size depends on the data)",
+    aten.repeat_interleave.Tensor: "repeat_interleave without output_size (its size depends on the data)",
+}
+_PACKAGE = tuple(
+    str(Path(__file__).resolve().parents[1] / layer) + "/"
+    for layer in ("agents", "topology", "marl", "evolve")
+)
+
+
+@dataclass(frozen=True)
+class HostSync:
+    """A point where the host waits for the device on CUDA: what, and the package line that did it."""
+
+    what: str
+    where: str
+
+
+class Emulation:
+    """What :func:`emulated_cuda` yields: the host synchronisations recorded so far."""
+
+    def __init__(self) -> None:
+        self.syncs: list[HostSync] = []
+
+    def record(self, what: str) -> None:
+        where = "outside the package"
+        for frame in reversed(traceback.extract_stack()):
+            if frame.filename.startswith(_PACKAGE):
+                where = (
+                    f"{Path(frame.filename).relative_to(Path(__file__).resolve().parents[1])}:{frame.lineno}"
+                )
+                break
+        self.syncs.append(HostSync(what, where))
+
+
+_current: Emulation | None = None
+
+
+def _record(what: str) -> None:
+    if _current is not None:
+        _current.record(what)
+
+
 class _Placement(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -195,6 +255,8 @@ class _Placement(TorchDispatchMode):
             to_acc = isinstance(args[0], EmulatedTensor)
         else:
             to_acc = on_acc
+        if on_acc or to_acc:
+            self._note_sync(func, args, to_acc)
         uargs, ukwargs = pytree.tree_map(_on_cpu, (args, kwargs))
         ukwargs.pop("pin_memory", None)
         out = func(*uargs, **ukwargs)
@@ -205,6 +267,21 @@ class _Placement(TorchDispatchMode):
                 if plain is out:
                     return original
         return pytree.tree_map(_wrap, out) if to_acc else out
+
+    @staticmethod
+    def _note_sync(func, args, to_acc: bool) -> None:
+        if func in _SYNCING:
+            _record(_SYNCING[func])
+        elif func in _CROSS_DEVICE:
+            src = args[1] if func in (aten.copy_.default, aten._copy_from.default) else args[0]
+            if isinstance(src, EmulatedTensor) and not to_acc:
+                _record("a copy to the host")
+            elif isinstance(src, torch.Tensor) and not isinstance(src, EmulatedTensor) and to_acc:
+                _record("a copy from the host")
+        elif func in _INDEXING:
+            masks = args[1] if len(args) > 1 else ()
+            if any(isinstance(m, torch.Tensor) and m.dtype == torch.bool for m in masks or ()):
+                _record("indexing by a boolean mask (its size depends on the data)")
 
     @staticmethod
     def _check_indexing(func, args, on_acc: bool) -> None:
@@ -298,8 +375,10 @@ backend_registration._setup_privateuseone_for_python_backend(NAME)
 
 
 @contextlib.contextmanager
-def emulated_cuda() -> Iterator[None]:
-    """Run the body with ``cuda`` emulated on the CPU (see the module's text)."""
+def emulated_cuda() -> Iterator[Emulation]:
+    """Run the body with ``cuda`` emulated on the CPU (see the module's text); the
+    :class:`Emulation` it yields records where the host waits for the device."""
+    global _current
     real_generator = torch.Generator
 
     class Generator(real_generator):  # type: ignore[misc,valid-type]
@@ -340,9 +419,11 @@ def emulated_cuda() -> Iterator[None]:
     patch(cuda, "manual_seed_all", lambda seed: None)
     patch(cuda, "get_rng_state_all", list)
     patch(cuda, "set_rng_state_all", lambda states: None)
+    outer, _current = _current, Emulation()
     try:
         with _CudaNames(), _Placement():
-            yield
+            yield _current
     finally:
+        _current = outer
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)

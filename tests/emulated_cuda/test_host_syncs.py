@@ -1,0 +1,98 @@
+"""Where the host waits for the GPU. A value read back from the device (``.item()``,
+``bool()``, a copy either way, an output sized by the data) stops the host until
+the device has done everything queued before it; in a loop of small kernels that
+leaves the GPU idle between launches. The emulation records each such point with
+the package line that made it, and these tests hold the hot loops to none: a CFR
+iteration of every variant, exact evaluation, the batched MPE environments between
+episode ends, and a MAPPO rollout (one, for its message count)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from societas.marl.comm import MAPPO, MAPPOConfig, comm_names
+from societas.marl.comm.envs import ReferenceEnv, SpeakerListenerEnv
+from societas.marl.games import CFRSolver, algorithm_names, evaluate, load_game
+from tests.cuda_emulation import emulated_cuda
+
+
+def test_the_emulation_records_what_makes_the_host_wait():
+    with emulated_cuda() as emu:
+        x = torch.ones(3, device="cuda")
+        y = x * 2 + torch.full((), 3.0, device="cuda")  # kernels only
+        assert emu.syncs == []
+        waits = {
+            "item": lambda: y.sum().item(),
+            "bool": lambda: bool(y.any()),
+            "tolist": lambda: y.tolist(),
+            "to the host": lambda: y.cpu(),
+            "from the host": lambda: torch.tensor([1.0, 2.0], device="cuda"),
+            "boolean mask": lambda: y[y > 4],
+            "nonzero": lambda: y.nonzero(),
+        }
+        for what, op in waits.items():
+            before = len(emu.syncs)
+            op()
+            assert len(emu.syncs) > before, what
+        with torch.inference_mode():  # where torch hands over item() and bool() undecomposed
+            before = len(emu.syncs)
+            bool(y.any())
+            y.sum().item()
+            assert len(emu.syncs) == before + 2
+
+
+@pytest.mark.parametrize("game", ["leduc_poker", "kuhn_poker(players=3)"])
+def test_a_cfr_iteration_never_makes_the_host_wait(game):
+    for algo in algorithm_names():
+        for alternating in (True, False):
+            for batch in (1, 3):
+                with emulated_cuda() as emu:
+                    solver = CFRSolver(game, algo, batch=batch, alternating=alternating, device="cuda")
+                    solver.step()  # the first iteration builds the plans
+                    start = len(emu.syncs)
+                    for _ in range(4):
+                        solver.step()
+                assert emu.syncs[start:] == [], (algo, alternating, batch, emu.syncs[start:][:3])
+
+
+def test_exact_evaluation_never_makes_the_host_wait():
+    with emulated_cuda() as emu:
+        tree = load_game("leduc_poker(players=3)", "cuda")
+        policy = torch.ones(2, tree.num_infosets, tree.max_actions, dtype=tree.dtype, device="cuda")
+        evaluate(tree, policy)  # the first call builds the plan
+        start = len(emu.syncs)
+        ev = evaluate(tree, policy)
+        assert emu.syncs[start:] == []
+        assert ev.nash_conv.shape == (2,)
+
+
+@pytest.mark.parametrize("cls", [SpeakerListenerEnv, ReferenceEnv])
+def test_the_environments_read_the_device_only_when_an_episode_ends(cls):
+    with emulated_cuda() as emu:
+        env = cls(num_envs=32, device="cuda", seed=0)
+        env.reset()
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        per_step = []
+        for _ in range(2 * env.max_cycles):
+            before = len(emu.syncs)
+            env.step(
+                {
+                    a: torch.randint(n, (32,), generator=gen, device="cuda")
+                    for a, n in env.action_sizes.items()
+                }
+            )
+            per_step.append(len(emu.syncs) - before)
+    ends = [t for t in range(len(per_step)) if (t + 1) % env.max_cycles == 0]
+    assert [t for t, n in enumerate(per_step) if n] == ends
+    assert all(per_step[t] <= 2 for t in ends)
+
+
+@pytest.mark.parametrize("comm", comm_names())
+def test_a_mappo_rollout_reads_the_device_once(comm):
+    cfg = MAPPOConfig(comm=comm, num_envs=32, rollout_steps=10, device="cuda", total_steps=10**6)
+    with emulated_cuda() as emu:
+        algo = MAPPO(cfg)
+        start = len(emu.syncs)
+        algo.collect()  # ten steps, no episode end (25 steps)
+    assert len(emu.syncs) - start == 1, emu.syncs[start:]
