@@ -203,17 +203,24 @@ def ppo_policy_loss(
     new_logp: Tensor, old_logp: Tensor, adv: Tensor, clip_coef: float
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO's clipped surrogate ``-E[min(r A, clip(r, 1-eps, 1+eps) A)]`` and diagnostics."""
+    loss, approx_kl, clipfrac = _policy_loss_terms(new_logp, old_logp, adv, clip_coef)
+    return loss, {"approx_kl": float(approx_kl), "clipfrac": float(clipfrac)}
+
+
+def _policy_loss_terms(
+    new_logp: Tensor, old_logp: Tensor, adv: Tensor, clip_coef: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`ppo_policy_loss` with its diagnostics left on the device (reading them back would
+    make the host wait for the GPU at every minibatch)."""
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     surr1 = ratio * adv
     surr2 = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * adv
     loss = -torch.min(surr1, surr2).mean()
     with torch.no_grad():
-        stats = {
-            "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
-            "clipfrac": float(((ratio - 1.0).abs() > clip_coef).float().mean()),
-        }
-    return loss, stats
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return loss, approx_kl, clipfrac
 
 
 def ppo_value_loss(new_v: Tensor, old_v: Tensor, target: Tensor, clip: float | None) -> Tensor:
@@ -689,21 +696,18 @@ class MAPPO:
         mb_size = max(1, n_items // cfg.num_minibatches)
         pick = (lambda x, i: x[:, i]) if recurrent else (lambda x, i: x.flatten(0, 1)[i])
         self.actor.train()
-        acc: dict[str, float] = {
-            "policy_loss": 0.0,
-            "value_loss": 0.0,
-            "entropy": 0.0,
-            "approx_kl": 0.0,
-            "clipfrac": 0.0,
-            "grad_norm": 0.0,
-        }
+        # the minibatches' statistics, summed on the device in float64 (the sums a Python float
+        # would make, term for term): reading them back at every minibatch would make the host
+        # wait for the GPU
+        names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
+        acc = torch.zeros(len(names), dtype=torch.float64, device=self.device)
         count = 0
         for _ in range(cfg.update_epochs):
             perm = torch.randperm(n_items, generator=self.gen, device=self.gen.device).to(self.device)
             for start in range(0, n_items, mb_size):
                 idx = perm[start : start + mb_size]
                 logp, ent, v = self._evaluate_actions(roll, idx, recurrent)
-                pl, st = ppo_policy_loss(logp, pick(roll.logp, idx), pick(adv, idx), cfg.clip_coef)
+                pl, kl, cf = _policy_loss_terms(logp, pick(roll.logp, idx), pick(adv, idx), cfg.clip_coef)
                 vl = ppo_value_loss(v, pick(roll.values, idx), pick(targets, idx), cfg.value_clip)
                 entropy = ent.mean()
                 loss = pl - cfg.ent_coef * entropy + cfg.vf_coef * vl
@@ -714,18 +718,14 @@ class MAPPO:
                 nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                 self.actor_opt.step()
                 self.critic_opt.step()
-                acc["policy_loss"] += float(pl.detach())
-                acc["value_loss"] += float(vl.detach())
-                acc["entropy"] += float(entropy.detach())
-                acc["approx_kl"] += st["approx_kl"]
-                acc["clipfrac"] += st["clipfrac"]
-                acc["grad_norm"] += float(gn)
+                terms = (pl.detach(), vl.detach(), entropy.detach(), kl, cf, gn)
+                acc += torch.stack([x.to(torch.float64) for x in terms])
                 count += 1
-        out = {k: v / max(count, 1) for k, v in acc.items()}
         var_y = returns.var()
-        out["explained_variance"] = (
-            float("nan") if var_y == 0 else float(1 - (returns - values).var() / var_y)
-        )
+        explained = torch.where(var_y == 0, float("nan"), 1 - (returns - values).var() / var_y)
+        *sums, ev = torch.cat([acc, explained.to(torch.float64).view(1)]).tolist()  # one read
+        out = {k: v / max(count, 1) for k, v in zip(names, sums)}
+        out["explained_variance"] = ev
         self.updates += 1
         return out
 

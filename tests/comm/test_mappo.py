@@ -3,6 +3,7 @@ determinism, and end-to-end learning of a task that needs communication."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -353,3 +354,21 @@ def test_cli_errors_exit_2_and_json_last_line(tmp_path):
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["comm"] == "tarmac" and d["env_steps"] == 400 and d["eval_episodes"] == 4
     assert (tmp_path / "run" / "model.pt").exists()
+
+
+def test_update_reports_the_explained_variance_of_its_returns():
+    """``1 - Var(G - V) / Var(G)`` of the rollout's GAE returns G and values V; NaN when the
+    returns do not vary (nothing to explain)."""
+    cfg = MAPPOConfig(
+        num_envs=8, rollout_steps=6, value_norm=False, update_epochs=1, num_minibatches=1, device="cpu"
+    )
+    algo = MAPPO(cfg)
+    roll, _ = algo.collect()
+    _, returns = compute_gae(
+        roll.rewards, roll.values, roll.next_values, roll.ended, cfg.gamma, cfg.gae_lambda
+    )
+    expected = float(1 - (returns - roll.values).var() / returns.var())
+    assert algo.update(roll)["explained_variance"] == expected and -10 < expected < 1
+    zero = torch.zeros_like(roll.rewards)
+    flat = dataclasses.replace(roll, rewards=zero, values=zero, next_values=zero)
+    assert math.isnan(algo.update(flat)["explained_variance"])

@@ -4,7 +4,7 @@ the device has done everything queued before it; in a loop of small kernels that
 leaves the GPU idle between launches. The emulation records each such point with
 the package line that made it, and these tests hold the hot loops to none: a CFR
 iteration of every variant, exact evaluation, the batched MPE environments between
-episode ends, and a MAPPO rollout (one, for its message count)."""
+episode ends, and a MAPPO rollout and update (one each, to read their statistics)."""
 
 from __future__ import annotations
 
@@ -89,10 +89,14 @@ def test_the_environments_read_the_device_only_when_an_episode_ends(cls):
 
 
 @pytest.mark.parametrize("comm", comm_names())
-def test_a_mappo_rollout_reads_the_device_once(comm):
+def test_a_mappo_rollout_and_update_each_read_the_device_once(comm):
     cfg = MAPPOConfig(comm=comm, num_envs=32, rollout_steps=10, device="cuda", total_steps=10**6)
     with emulated_cuda() as emu:
         algo = MAPPO(cfg)
         start = len(emu.syncs)
-        algo.collect()  # ten steps, no episode end (25 steps)
-    assert len(emu.syncs) - start == 1, emu.syncs[start:]
+        roll, _ = algo.collect()  # ten steps, no episode end (25 steps)
+        collected = len(emu.syncs)
+        metrics = algo.update(roll)  # 5 epochs of 4 minibatches
+    assert len(emu.syncs[start:collected]) == 1, emu.syncs[start:collected]
+    assert len(emu.syncs[collected:]) == 1, emu.syncs[collected:]
+    assert all(isinstance(v, float) for v in metrics.values())
