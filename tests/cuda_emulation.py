@@ -149,10 +149,6 @@ _INDEXING = {
 }
 
 
-def _unwrap(x: Any) -> Any:
-    return x.inner if isinstance(x, EmulatedTensor) else x
-
-
 def _on_cpu(x: Any) -> Any:
     """The wrapped tensor for an emulated one, the CPU for the emulated device."""
     if isinstance(x, EmulatedTensor):
@@ -188,10 +184,8 @@ _SYNCING = {
     aten.unique_dim.default: "unique (its size depends on the data)",
     aten.repeat_interleave.Tensor: "repeat_interleave without output_size (its size depends on the data)",
 }
-_PACKAGE = tuple(
-    str(Path(__file__).resolve().parents[1] / layer) + "/"
-    for layer in ("agents", "topology", "marl", "evolve")
-)
+_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGE = tuple(str(_ROOT / layer) + "/" for layer in ("agents", "topology", "marl", "evolve"))
 
 
 @dataclass(frozen=True)
@@ -212,9 +206,7 @@ class Emulation:
         where = "outside the package"
         for frame in reversed(traceback.extract_stack()):
             if frame.filename.startswith(_PACKAGE):
-                where = (
-                    f"{Path(frame.filename).relative_to(Path(__file__).resolve().parents[1])}:{frame.lineno}"
-                )
+                where = f"{Path(frame.filename).relative_to(_ROOT)}:{frame.lineno}"
                 break
         self.syncs.append(HostSync(what, where))
 
@@ -263,7 +255,7 @@ class _Placement(TorchDispatchMode):
         # an in-place or out= operation returns the tensor it wrote: give back that very object
         returns = func._schema.returns
         if len(returns) == 1 and returns[0].alias_info is not None and returns[0].alias_info.is_write:
-            for original, plain in [(a, _unwrap(a)) for a in (*args, kwargs.get("out"))]:
+            for original, plain in [(a, _on_cpu(a)) for a in (*args, kwargs.get("out"))]:
                 if plain is out:
                     return original
         return pytree.tree_map(_wrap, out) if to_acc else out

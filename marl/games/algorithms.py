@@ -147,9 +147,8 @@ def algorithm_names() -> list[str]:
 
 
 def _t(ctx: HookContext, ref: torch.Tensor) -> torch.Tensor:
-    """``ctx.iteration`` (1-indexed ``t``) as a scalar tensor like ``ref`` (filled in on the
-    device: a copy from the host would make it wait for the GPU every iteration)."""
-    return torch.full((), float(ctx.iteration), dtype=ref.dtype, device=ref.device)
+    """``ctx.iteration`` (1-indexed ``t``) as a scalar tensor like ``ref``."""
+    return batch_param(float(ctx.iteration), ref)
 
 
 class PredictiveRegretMatching:
@@ -376,7 +375,7 @@ class VADPolicy:
     def update(self, cum_regret, prev_policy, ctx: HookContext):
         p, ref = self.p, cum_regret
         _, v, d_pos, d_neg = self.vol.step(ctx.inst_regret, ctx)
-        n = torch.full((), float(ctx.iteration - 1), dtype=ref.dtype, device=ref.device)
+        n = batch_param(float(ctx.iteration - 1), ref)
         base = batch_param(p["initial_optimism_factor"], ref) / (
             1.0 + n / batch_param(p["optimism_decay_factor"], ref)
         )

@@ -1,6 +1,6 @@
 """LLM policies on the device: a GRPO step (full fine-tuning, LoRA, a KL
-penalty, two epochs) moves the weights as on the CPU, to float32 rounding
-(torch runs attention by another kernel there); the recipe loop trains there,
+penalty, two epochs) moves the weights as on the CPU, to rounding (each tensor's update within 0.2%;
+torch runs attention by another kernel there); the recipe loop trains there,
 a run resumed from its device checkpoint ends where the uninterrupted one ends,
 and that checkpoint resumes on the CPU."""
 
