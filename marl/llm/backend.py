@@ -71,17 +71,20 @@ class Backend:
     """The models of a run: trainable policies, their serving LLMs and the frozen base."""
 
     def __init__(self, cfg: TrainConfig, recipe: Recipe) -> None:
-        base = load_llm(cfg.model)
-        if not isinstance(base, TransformersLLM):
+        uri = cfg.model.strip()
+        if not (uri == "embedded" or uri.startswith(("hf:", "gguf:"))):
             raise ValueError(
                 f"model {cfg.model!r} is not a local Hugging Face model; training needs one "
                 "(use 'embedded', 'hf:PATH' or 'gguf:FILE')"
             )
         env = dist_env()
         device = rank_device(cfg.device, env)  # under torchrun with GPUs: cuda:LOCAL_RANK
-        if device != "auto":
-            base.model.to(device)
-            base.device = torch.device(device)
+        # 'auto' shares the process's instance of the model; a named device loads the run's
+        # own copy straight onto it: the shared one stays where its other users put it, and
+        # torchrun's ranks never stage their copies on one GPU first.
+        base = load_llm(uri) if device == "auto" else load_llm(uri, shared=False, device=device)
+        if not isinstance(base, TransformersLLM):  # pragma: no cover - the schemes above are local
+            raise ValueError(f"model {cfg.model!r} did not load as a local Hugging Face model")
         base.model.requires_grad_(False)
         base.model.eval()
         self.frozen = base
@@ -98,12 +101,14 @@ class Backend:
             serve_model = None
             if env.distributed and gcfg.sharding == "fsdp":
                 serve_model = copy.deepcopy(base.model)
-            self.trainers[name] = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
+            trainer = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
+            self.trainers[name] = trainer
             self.serving[name] = TransformersLLM(
-                self.trainers[name].model if serve_model is None else serve_model,
+                trainer.model if serve_model is None else serve_model,
                 self.tokenizer,
                 device=base.device,
                 name=f"{base.name}:{name}",
+                autocast_dtype=trainer.compute_dtype,  # float32 master weights generate at bf16 speed
             )
         self.vllm: dict[str, Any] = {}
         if cfg.serve is not None:

@@ -32,6 +32,14 @@ and trains on its own contiguous share of the rows with the same weights, so
 the ranks' gradients sum to the one-process gradient; ``GRPOConfig.sharding``
 chooses DDP or FSDP (torch's ``fully_shard``) to sum them.
 
+``GRPOConfig.precision`` keeps the trained weights and AdamW's moments in
+float32 (master weights) however the model was loaded: at GRPO's learning
+rates (1e-6) an update is far below bfloat16's resolution (8 bits of
+mantissa), so bf16 weights would round almost every update away. On CUDA
+(``auto``) the forward passes run under bf16 autocast (``bf16-mixed``, as in
+verl and TRL's ``bf16=True``); ``bf16`` trains bf16 weights as they are, for
+memory, knowing that.
+
 Checkpoints (:meth:`PolicyTrainer.save_checkpoint`) are directories holding
 ``ckpt-<step>-<id>/`` sub-directories and a ``LATEST`` file naming the
 complete one; each version is written to a temporary directory, renamed into
@@ -71,7 +79,7 @@ from societas.marl.llm.losses import LOSS_TYPES, policy_loss
 from societas.marl.llm.parallel import all_reduce_max, all_reduce_sum, broadcast_object, dist_env, own_slice
 from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
 
-__all__ = ["GRPOConfig", "PolicyTrainer"]
+__all__ = ["GRPOConfig", "PolicyTrainer", "resolve_precision"]
 
 _LATEST = "LATEST"
 
@@ -112,6 +120,13 @@ class GRPOConfig(BaseModel):
         description="with several processes (torchrun): 'ddp' keeps the whole model on every rank and "
         "sums the gradients; 'fsdp' splits parameters, gradients and optimizer state over the ranks "
         "(torch's fully_shard) for models whose training state does not fit one device",
+    )
+    precision: Literal["auto", "fp32", "bf16-mixed", "bf16"] = Field(
+        "auto",
+        description="'fp32': trained weights and optimizer state in float32 (bf16/fp16 ones cast up, "
+        "float64 kept); 'bf16-mixed': those float32 weights, forward passes under bf16 autocast; "
+        "'bf16': bf16 weights as they are (small updates round away); "
+        "'auto': 'bf16-mixed' on a CUDA device with bf16, else 'fp32'",
     )
 
     @model_validator(mode="after")
@@ -202,6 +217,8 @@ class PolicyTrainer:
                 ) from e
             model = peft.get_peft_model(model, peft.LoraConfig(**self.config.lora))
         self.model = model
+        self.precision = resolve_precision(self.config.precision, next(model.parameters()).device)
+        _cast_trainable(model, torch.bfloat16 if self.precision == "bf16" else None)
         # Several processes: DDP wraps the module for the training forward passes (generation
         # and the no-gradient passes use the module itself); FSDP shards it in place.
         self.dist = dist_env()
@@ -226,6 +243,19 @@ class PolicyTrainer:
             self.params, lr=self.config.lr, weight_decay=self.config.weight_decay
         )
         self.step_count = 0
+
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The autocast dtype of the forward passes (``bf16-mixed``), else ``None``; a
+        :class:`~societas.agents.llm.transformers_llm.TransformersLLM` serving this policy
+        generates with the same (``autocast_dtype=``)."""
+        return torch.bfloat16 if self.precision == "bf16-mixed" else None
+
+    def _autocast(self) -> Any:
+        dt = self.compute_dtype
+        if dt is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dt)
 
     @property
     def pad_id(self) -> int:
@@ -328,7 +358,9 @@ class PolicyTrainer:
                 dtype = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
                 old = torch.zeros(mask.shape, dtype=dtype, device=dev)
                 for ix, _ in micro:
-                    old[ix] = sequence_logprobs(self.model, self._slice(batch, ix)).to(dtype)
+                    with self._autocast():
+                        lp = sequence_logprobs(self.model, self._slice(batch, ix))
+                    old[ix] = lp.to(dtype)
                 batch["old_logprobs"] = old * mask
         train_model = self._ddp if self._ddp is not None else self.model
         scale = float(self.dist.world_size)  # DDP and FSDP average over ranks; the rows' weights sum
@@ -344,10 +376,11 @@ class PolicyTrainer:
                     m = mb["completion_mask"]
                     sync = self._grad_sync(j == len(micro) - 1)
                     with sync:
-                        new = sequence_logprobs(train_model, mb)
+                        with self._autocast():
+                            new = sequence_logprobs(train_model, mb)
                         ref = None
                         if cfg.kl_beta > 0:
-                            with torch.no_grad():
+                            with torch.no_grad(), self._autocast():
                                 ref = sequence_logprobs(self.ref_model, mb).to(new.device)
                         loss, met = policy_loss(
                             new,
@@ -444,7 +477,8 @@ class PolicyTrainer:
                 mb = self._slice(batch, ix)
                 m = mb["completion_mask"]
                 with self._grad_sync(j == len(micro) - 1):
-                    lp = sequence_logprobs(train_model, mb)
+                    with self._autocast():
+                        lp = sequence_logprobs(train_model, mb)
                     loss = -(lp * m).sum() / total * (1.0 if live else 0.0)
                     (loss * scale).backward()
                 loss_sum += float(loss.detach())
@@ -694,6 +728,42 @@ class PolicyTrainer:
                 target.load_state_dict(self.full_state_dict())
         target.eval()
         return not shared
+
+
+# -- precision ----------------------------------------------------------------------------------
+
+
+def resolve_precision(choice: str, device: torch.device) -> str:
+    """What ``GRPOConfig.precision`` means for a model on ``device``: ``auto`` is
+    ``bf16-mixed`` on a CUDA device with bfloat16 and ``fp32`` elsewhere (the CPU's
+    bf16 matmuls are slower than its float32 ones but on the newest chips); a CUDA
+    device without native bfloat16 (before Ampere) gets ``fp32`` from ``auto``, and a
+    bf16 choice there is an error only where torch cannot emulate bf16 either."""
+    cuda = device.type == "cuda"
+    if choice == "auto":
+        return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+    if choice in ("bf16-mixed", "bf16") and cuda and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"GRPOConfig.precision={choice!r}, but the CUDA device {device} has no bfloat16 "
+            "(torch.cuda.is_bf16_supported() is false): use 'fp32' or 'auto'"
+        )
+    return choice
+
+
+def _cast_trainable(model: torch.nn.Module, dtype: torch.dtype | None) -> None:
+    """Cast the trainable parameters in place: to ``dtype``, or (``None``) every half-precision one
+    to float32. Each ``Parameter`` stays the same object (its contents swapped, as
+    ``Module.to`` does for tensor subclasses), so tied weights stay tied and what holds the
+    parameters (an optimizer made later, peft's adapters) sees the new ones."""
+    for p in model.parameters():  # each shared parameter once
+        if not p.requires_grad or not p.is_floating_point():
+            continue
+        target = dtype if dtype is not None else torch.float32
+        if p.dtype == target or (dtype is None and p.dtype not in (torch.bfloat16, torch.float16)):
+            continue
+        with torch.no_grad():
+            cast = torch.nn.Parameter(p.detach().to(target), requires_grad=True)
+        torch.utils.swap_tensors(p, cast)
 
 
 # -- several processes ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from societas.agents.llm.loading import clear_cache
+from societas.agents.llm.loading import load_llm
 from societas.agents.llm.transformers_llm import TransformersLLM
 from societas.marl.llm.loop import TrainConfig, train
 from societas.marl.llm.rollouts import RoleMap, TokenRecorder, samples_from_trace
@@ -104,16 +104,14 @@ def test_the_loop_resumes_on_the_device_and_its_checkpoint_resumes_on_the_cpu(ti
         "sft_lr": 1e-2,
         **extra,
     }
-    clear_cache()  # the loop moves the shared base model to its device: start from a fresh one, end with one
-    try:
-        with emulated_cuda():
-            whole = train(CountA(), TrainConfig(steps=2, device="cuda", **cfg), tmp_path / "whole")
-            train(CountA(), TrainConfig(steps=1, device="cuda", **cfg), tmp_path / "part")
-            resumed = train(
-                CountA(), TrainConfig(steps=2, device="cuda", **cfg), tmp_path / "part", resume=True
-            )
-    finally:
-        clear_cache()
+    shared = load_llm(tiny_dir)  # the process's instance, on the CPU
+    with emulated_cuda():
+        whole = train(CountA(), TrainConfig(steps=2, device="cuda", **cfg), tmp_path / "whole")
+        train(CountA(), TrainConfig(steps=1, device="cuda", **cfg), tmp_path / "part")
+        resumed = train(CountA(), TrainConfig(steps=2, device="cuda", **cfg), tmp_path / "part", resume=True)
+    # the runs loaded their own base model onto the device: the shared one stayed where it was
+    assert load_llm(tiny_dir) is shared and shared.device == torch.device("cpu")
+    assert {p.device.type for p in shared.model.parameters()} == {"cpu"}
     assert _rewards(resumed) == _rewards(whole)
     assert any(kind == "train" for kind, _, _ in _rewards(whole))
     on_cpu = train(CountA(), TrainConfig(steps=3, device="cpu", **cfg), tmp_path / "part", resume=True)
