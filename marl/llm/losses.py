@@ -40,13 +40,13 @@ from typing import Literal
 
 import torch
 
-__all__ = ["LOSS_TYPES", "policy_loss"]
+__all__ = ["LOSS_TYPES", "policy_loss", "policy_loss_terms"]
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1.0))
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def policy_loss(
@@ -80,6 +80,39 @@ def policy_loss(
 
     Returns:
         The scalar loss and a dict with ``clip_fraction``, ``kl`` and ``ratio``.
+    """
+    loss, terms = policy_loss_terms(
+        new_logp,
+        old_logp,
+        advantages,
+        mask,
+        ref_logp=ref_logp,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        kl_beta=kl_beta,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
+    return loss, {k: float(v) for k, v in terms.items()}
+
+
+def policy_loss_terms(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logp: torch.Tensor | None = None,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_beta: float = 0.0,
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "grpo",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`policy_loss` with its metrics left on the device: 0-dimensional tensors
+    (``kl`` included, 0 without a reference), so that a training loop can sum them there
+    and read them once.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
@@ -125,7 +158,7 @@ def policy_loss(
         is_clipped = ((ratio < 1.0 - eps_low) & (A < 0)) | ((ratio > 1.0 + eps_high) & (A > 0))
         metrics = {
             "clip_fraction": _masked_mean(is_clipped.to(m.dtype), m),
-            "kl": _masked_mean(kl, m) if kl is not None else 0.0,
+            "kl": _masked_mean(kl, m) if kl is not None else torch.zeros((), dtype=m.dtype, device=m.device),
             "ratio": _masked_mean(ratio, m),
         }
     return loss, metrics

@@ -498,8 +498,12 @@ def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Te
     Gradients flow; wrap in ``torch.no_grad()`` for old/reference log-probs.
     """
     input_ids = batch["input_ids"]
-    P = int(batch["completion_start"])
-    C = input_ids.shape[1] - P
+    if "completion_mask" in batch:  # P from the shapes: reading completion_start would wait for the device
+        C = batch["completion_mask"].shape[1]
+        P = input_ids.shape[1] - C
+    else:
+        P = int(batch["completion_start"])
+        C = input_ids.shape[1] - P
     if P < 1:
         raise ValueError("batch has no prompt tokens: cannot score the first completion token")
     dev = next(model.parameters()).device

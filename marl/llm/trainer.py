@@ -75,8 +75,15 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
-from societas.marl.llm.losses import LOSS_TYPES, policy_loss
-from societas.marl.llm.parallel import all_reduce_max, all_reduce_sum, broadcast_object, dist_env, own_slice
+from societas.marl.llm.losses import LOSS_TYPES, policy_loss_terms
+from societas.marl.llm.parallel import (
+    all_reduce_max,
+    all_reduce_sum,
+    broadcast_object,
+    dist_env,
+    own_slice,
+    shards,
+)
 from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
 
 __all__ = ["GRPOConfig", "PolicyTrainer", "resolve_precision"]
@@ -342,11 +349,13 @@ class PolicyTrainer:
             )
             for s in samples
         ]
-        batch = collate(plain, self.pad_id, device=dev)
-        B, C = batch["completion_mask"].shape
-        adv = adv.to(dev)
+        # Collated on the host, which keeps the mask to count tokens without reading the device.
+        host = collate(plain, self.pad_id)
+        batch = {k: v.to(dev) for k, v in host.items()}
+        B, C = host["completion_mask"].shape
+        adv_host, adv = adv, adv.to(dev)
         mask = batch["completion_mask"]
-        total_tokens = float(mask.sum())
+        total_tokens = float(host["completion_mask"].sum())
         L = cfg.max_completion_length or C
         micro = self._rank_micro_batches(B, batch["input_ids"].shape[1])
         was_training = self.model.training
@@ -365,12 +374,15 @@ class PolicyTrainer:
         train_model = self._ddp if self._ddp is not None else self.model
         scale = float(self.dist.world_size)  # DDP and FSDP average over ranks; the rows' weights sum
 
+        keys = ("loss", "kl", "clip_fraction", "ratio")
         sums = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0, "grad_norm": 0.0}
         try:
             self.model.train()
             for _ in range(cfg.epochs):
                 self.optimizer.zero_grad(set_to_none=True)
-                ep = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
+                # The epoch's loss and metric means, summed on the device in float64 (the sums
+                # Python made of the same numbers) and read once with the gradient norm.
+                ep_sums = torch.zeros(len(keys), dtype=torch.float64, device=dev)
                 for j, (ix, live) in enumerate(micro):
                     mb = self._slice(batch, ix)
                     m = mb["completion_mask"]
@@ -382,7 +394,7 @@ class PolicyTrainer:
                         if cfg.kl_beta > 0:
                             with torch.no_grad(), self._autocast():
                                 ref = sequence_logprobs(self.ref_model, mb).to(new.device)
-                        loss, met = policy_loss(
+                        loss, met = policy_loss_terms(
                             new,
                             mb["old_logprobs"].to(new.device),
                             adv[ix],
@@ -395,28 +407,29 @@ class PolicyTrainer:
                             max_completion_length=L,
                             num_items_in_batch=total_tokens,
                         )
+                        tokens = float(host["completion_mask"][ix].sum())
                         if not live:  # a rank with no rows left still joins the gradient sum
                             w = 0.0
                         elif cfg.loss_type == "bnpo":
-                            w = max(1.0, float(m.sum())) / max(1.0, total_tokens)
+                            w = max(1.0, tokens) / max(1.0, total_tokens)
                         elif cfg.loss_type == "dapo":  # already normalised by the step's tokens
                             w = 1.0
                         else:  # grpo, dr_grpo: mean over sequences
-                            w = len(ix) / B
+                            w = (ix.stop - ix.start) / B
                         (loss * (w * scale)).backward()
                     if live:
-                        ep["loss"] += float(loss.detach()) * w
-                        tw = float(m.sum()) / max(1.0, total_tokens)  # token-weighted metric means
-                        for k in ("kl", "clip_fraction", "ratio"):
-                            ep[k] += met[k] * tw
+                        tw = tokens / max(1.0, total_tokens)  # token-weighted metric means
+                        terms = [loss.detach().double() * w]
+                        terms += [met[k].double() * tw for k in keys[1:]]
+                        ep_sums += torch.stack(terms)
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
                 gn = _full(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step_count += 1
-                ep["grad_norm"] = float(gn)
+                *values, grad_norm = torch.cat([ep_sums, gn.detach().double().reshape(1).to(dev)]).tolist()
+                ep = dict(zip(keys, values), grad_norm=grad_norm)
                 if self.dist.distributed:  # the ranks' shares of the batch's means
-                    keys = ("loss", "kl", "clip_fraction", "ratio")
                     ep.update(zip(keys, all_reduce_sum([ep[k] for k in keys])))
                 for k in sums:
                     sums[k] += ep[k] / cfg.epochs
@@ -430,8 +443,8 @@ class PolicyTrainer:
         if r.shape[1] > 1:
             for j in range(r.shape[1]):
                 metrics[f"reward_{j}_mean"] = float(r[:, j].mean())
-        metrics["advantage_mean"] = float(adv.mean())
-        metrics["advantage_std"] = float(adv.std()) if B > 1 else 0.0
+        metrics["advantage_mean"] = float(adv_host.mean())
+        metrics["advantage_std"] = float(adv_host.std()) if B > 1 else 0.0
         metrics["samples"] = float(B)
         metrics["tokens"] = total_tokens
         metrics["step"] = float(self.step_count)
@@ -459,17 +472,18 @@ class PolicyTrainer:
             )
             for s in samples
         ]
-        batch = collate(plain, self.pad_id, device=self.device)
-        mask = batch["completion_mask"]
-        total = float(mask.sum())
+        host = collate(plain, self.pad_id)
+        dev = self.device
+        batch = {k: v.to(dev) for k, v in host.items()}
+        total = float(host["completion_mask"].sum())
         if total == 0:
             raise ValueError("the samples' completion masks keep no token")
-        B = mask.shape[0]
+        B = host["completion_mask"].shape[0]
         micro = self._rank_micro_batches(B, batch["input_ids"].shape[1])
         train_model = self._ddp if self._ddp is not None else self.model
         scale = float(self.dist.world_size)
         was_training = self.model.training
-        loss_sum = 0.0
+        loss_sum_t = torch.zeros((), dtype=torch.float64, device=dev)  # read once, at the end
         try:
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -481,28 +495,30 @@ class PolicyTrainer:
                         lp = sequence_logprobs(train_model, mb)
                     loss = -(lp * m).sum() / total * (1.0 if live else 0.0)
                     (loss * scale).backward()
-                loss_sum += float(loss.detach())
-            if self.dist.distributed:
-                loss_sum = all_reduce_sum([loss_sum])[0]
+                loss_sum_t += loss.detach().double()
             max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
             gn = _full(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step_count += 1
+            loss_sum, grad_norm = torch.stack([loss_sum_t, gn.detach().double().to(dev)]).tolist()
+            if self.dist.distributed:
+                loss_sum = all_reduce_sum([loss_sum])[0]
         finally:
             self.model.train(was_training)
-        return {"sft_loss": loss_sum, "grad_norm": float(gn), "tokens": total, "step": float(self.step_count)}
+        return {"sft_loss": loss_sum, "grad_norm": grad_norm, "tokens": total, "step": float(self.step_count)}
 
-    def _micro_batches(self, rows: int, width: int) -> list[torch.Tensor]:
-        """Row indices of each micro-batch: ``grad_accum_steps`` of them, or more when
-        ``micro_batch_tokens`` caps the padded tokens per micro-batch."""
+    def _micro_batches(self, rows: int, width: int) -> list[slice]:
+        """The rows of each micro-batch, contiguous: ``grad_accum_steps`` of them, or more when
+        ``micro_batch_tokens`` caps the padded tokens per micro-batch. Slices select views of
+        the batch, with no index to copy to the device."""
         n = self.config.grad_accum_steps
         if self.config.micro_batch_tokens is not None:
             per = max(1, self.config.micro_batch_tokens // max(1, width))
             n = max(n, -(-rows // per))
-        return [ix.to(self.device) for ix in torch.tensor_split(torch.arange(rows), min(n, rows)) if len(ix)]
+        return [part for part in shards(rows, min(n, rows)) if part.stop > part.start]
 
-    def _rank_micro_batches(self, rows: int, width: int) -> list[tuple[torch.Tensor, bool]]:
+    def _rank_micro_batches(self, rows: int, width: int) -> list[tuple[slice, bool]]:
         """This rank's micro-batches of a ``rows``-row batch, each with whether it is real.
 
         One process: :meth:`_micro_batches`. Several: the rank's contiguous share
@@ -512,15 +528,18 @@ class PolicyTrainer:
         """
         if not self.dist.distributed:
             return [(ix, True) for ix in self._micro_batches(rows, width)]
-        own = torch.arange(rows)[own_slice(rows, self.dist)]
+        own = own_slice(rows, self.dist)
+        n_own = own.stop - own.start
         micro = (
-            [(own[ix.cpu()].to(self.device), True) for ix in self._micro_batches(len(own), width)]
-            if len(own)
+            [
+                (slice(own.start + ix.start, own.start + ix.stop), True)
+                for ix in self._micro_batches(n_own, width)
+            ]
+            if n_own
             else []
         )
         count = all_reduce_max(len(micro))
-        pad = torch.zeros(1, dtype=torch.long, device=self.device)
-        return micro + [(pad, False)] * (count - len(micro))
+        return micro + [(slice(0, 1), False)] * (count - len(micro))
 
     def _grad_sync(self, last: bool) -> Any:
         """Sum the gradients across ranks only with the last micro-batch of an optimizer step."""
@@ -531,7 +550,7 @@ class PolicyTrainer:
         return contextlib.nullcontext()
 
     @staticmethod
-    def _slice(batch: dict[str, torch.Tensor], ix: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _slice(batch: dict[str, torch.Tensor], ix: slice) -> dict[str, torch.Tensor]:
         return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
 
     # -- checkpoints ----------------------------------------------------------------------------
