@@ -572,8 +572,10 @@ class GameTree:
         return tab
 
     def from_openspiel_policy(self, pol) -> torch.Tensor:
-        """``[1, I, A]`` tensor from any OpenSpiel ``Policy`` (``action_probabilities``
-        is queried through the tree's own histories)."""
+        """``[1, I, A]`` tensor from an OpenSpiel policy: a Python ``TabularPolicy``, or
+        a C++ ``pyspiel.Policy`` (what ``pyspiel.CFRSolver``'s ``average_policy()`` and
+        ``current_policy()`` return), read through ``get_state_policy`` of each
+        information state; actions a C++ policy leaves out get probability 0."""
         out = np.zeros((self.num_infosets, self.max_actions))
         tab_lookup = getattr(pol, "state_lookup", None)
         arr = getattr(pol, "action_probability_array", None)
@@ -581,8 +583,15 @@ class GameTree:
             for i, key in enumerate(self.infoset_keys):
                 n = int(self.arrays.num_actions[i])
                 out[i, :n] = arr[tab_lookup[key]][self.arrays.actions[i, :n]]
+        elif callable(getattr(pol, "get_state_policy", None)):
+            for i, key in enumerate(self.infoset_keys):
+                n = int(self.arrays.num_actions[i])
+                probs = dict(pol.get_state_policy(key))
+                out[i, :n] = [probs.get(int(a), 0.0) for a in self.arrays.actions[i, :n]]
         else:
-            raise TypeError(f"from_openspiel_policy needs a TabularPolicy (got {type(pol).__name__})")
+            raise TypeError(
+                f"from_openspiel_policy needs a TabularPolicy or a pyspiel.Policy (got {type(pol).__name__})"
+            )
         return torch.as_tensor(out, dtype=self.dtype, device=self.device).unsqueeze(0)
 
     def flat_index(self, idx: torch.Tensor, k: int) -> torch.Tensor:

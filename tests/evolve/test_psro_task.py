@@ -95,7 +95,7 @@ def test_a_short_search_improves_on_the_seed_and_reports_held_out(tmp_path):
     cfg.mutation.weights = {"constant": 1.0}  # no LLM in unit tests
     cfg.evaluator.cascade_thresholds = [-1.0]
     cfg.evaluator.task_settings = {"iterations": 8, "stage1_iterations": 3, "held_out_iterations": 2}
-    cfg.held_out.baselines = ["rm"]
+    cfg.held_out.baselines = ["shor-psro"]  # the quickest baseline that differs from the uniform seed
     controller = Controller(task, cfg, tmp_path / "run", executor=ProcessExecutor(2))
     try:
         result = controller.run()
@@ -106,7 +106,7 @@ def test_a_short_search_improves_on_the_seed_and_reports_held_out(tmp_path):
 
     figures = write_report(tmp_path / "run")
     held = figures["held_out"]
-    assert set(held) == {"seed", "rm", next(k for k in held if k.startswith("best evolved"))}
+    assert set(held) == {"seed", "shor-psro", next(k for k in held if k.startswith("best evolved"))}
     assert all(value is not None and value < 0 for value in held.values())
     summary = (Path(figures["run_dir"]) / "summary.md").read_text()
     assert "## Held-out set" in summary and "neg_expl_leduc_poker_players_3" in summary

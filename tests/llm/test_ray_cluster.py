@@ -6,6 +6,7 @@ rollout actors share, joins or starts Ray (against a stand-in for ray)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -98,13 +99,18 @@ def _head(tmp_path_factory):
         if ray.is_initialized():
             ray.shutdown()
         try:
-            os.killpg(head.pid, signal.SIGTERM)  # --block: the command stops what it started
+            # --block: the command drains the node and stops what it started. The signal goes
+            # to it alone: sent to the whole group it also stops the GCS, and the drain then
+            # waits its full 30 s for it.
+            os.kill(head.pid, signal.SIGTERM)
             head.wait(timeout=60)
         except ProcessLookupError:
             head.wait()  # it had stopped already (a head that did not come up)
         except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # whatever of the cluster is still there
+        head.wait()
         # Ray's record of "the cluster on this machine", if it is still ours (ray stop would remove it,
         # but it also stops every other Ray of this machine).
         record = Path("/tmp/ray/ray_current_cluster")
