@@ -16,10 +16,9 @@ import sys
 
 import typer
 
+from societas.marl.cli_common import MULTI_OPTIONS, expand_multi_args
 from societas.marl.comm.cli import comm as comm_command
 from societas.marl.games.cli import app as games_app
-from societas.marl.games.cli import expand_multi_args
-from societas.marl.llm.cli import MULTI_VALUE_OPTIONS as LLM_MULTI
 from societas.marl.llm.cli import make_command as llm_command
 from societas.marl.llm.recipes import RECIPES
 from societas.marl.routing.cli import routing_command
@@ -47,9 +46,6 @@ app.add_typer(
     name="train",
     help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).",
 )
-
-
-MULTI_OPTIONS = ("--games", "--algos", *LLM_MULTI)
 
 
 def main() -> None:

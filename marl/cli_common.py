@@ -4,7 +4,8 @@ Besides :func:`fail`, the checks every command runs before it loads anything:
 :func:`check_range` for numeric options (a sane upper bound stops a typo such
 as ``--iterations 100000000000000000000000`` at once instead of after hours),
 :func:`check_seed` for seeds (the range every random generator accepts) and
-:func:`check_progress_env` for ``SOCIETAS_PROGRESS_EVERY_S``.
+:func:`check_progress_env` for ``SOCIETAS_PROGRESS_EVERY_S``, and
+:func:`expand_multi_args` for the options that take several values after one flag.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from societas.agents.progress import progress_every_s
 __all__ = [
     "MAX_SEED",
     "MAX_THREADS",
+    "MULTI_OPTIONS",
     "check_progress_env",
     "check_range",
     "check_seed",
+    "expand_multi_args",
     "fail",
     "json_object",
     "one_line",
@@ -31,6 +34,9 @@ __all__ = [
 
 MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 MAX_THREADS = 1024  # torch CPU threads; more is a typo, not a machine
+MULTI_OPTIONS = ("--games", "--algos", "--seeds")
+"""Every option of the marl commands that takes several values after one flag (``table --games``,
+``--algos``; the LLM recipes' ``--seeds``): the ``societas`` and ``python -m societas.marl`` lines expand them."""
 
 
 def one_line(exc: Exception) -> str:
@@ -98,3 +104,27 @@ def json_object(option: str, text: str) -> dict:
     if not isinstance(value, dict):
         fail(f"{option} must be a JSON object")
     return value
+
+
+def expand_multi_args(argv: list[str], options: tuple[str, ...] = MULTI_OPTIONS) -> list[str]:
+    """Rewrite ``--algos a b c`` as ``--algos a --algos b --algos c`` (click
+    options take one value per flag); values run until the next ``-`` token."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in options:
+            j = i + 1
+            values = []
+            while j < len(argv) and not argv[j].startswith("-"):
+                values.append(argv[j])
+                j += 1
+            if not values:  # let click report the missing value
+                out.append(tok)
+            for v in values:
+                out += [tok, v]
+            i = j
+            continue
+        out.append(tok)
+        i += 1
+    return out

@@ -42,7 +42,7 @@ import typer
 from matplotlib.figure import Figure
 from rich.console import Console
 
-from societas.marl.cli_common import check_progress_env, check_range, check_seed, fail
+from societas.marl.cli_common import check_progress_env, check_range, check_seed, expand_multi_args, fail
 from societas.marl.progress import progress_bar
 
 from .algorithms import ALGORITHMS, algorithm_names, get_algorithm
@@ -96,30 +96,6 @@ def _check_plot_path(option: str, path: Path | None) -> None:
         parent = parent.parent
     if not parent.is_dir():
         fail(f"{option} {path}: {parent} is not a directory")
-
-
-def expand_multi_args(argv: list[str], options: tuple[str, ...] = MULTI_VALUE_OPTIONS) -> list[str]:
-    """Rewrite ``--algos a b c`` as ``--algos a --algos b --algos c`` (click
-    options take one value per flag); values run until the next ``-`` token."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok in options:
-            j = i + 1
-            values = []
-            while j < len(argv) and not argv[j].startswith("-"):
-                values.append(argv[j])
-                j += 1
-            if not values:  # let click report the missing value
-                out.append(tok)
-            for v in values:
-                out += [tok, v]
-            i = j
-            continue
-        out.append(tok)
-        i += 1
-    return out
 
 
 def game_slug(game: str) -> str:
@@ -681,4 +657,4 @@ def table(
 
 
 def main() -> None:
-    app(args=expand_multi_args(sys.argv[1:]), prog_name="python -m societas.marl.games")
+    app(args=expand_multi_args(sys.argv[1:], MULTI_VALUE_OPTIONS), prog_name="python -m societas.marl.games")

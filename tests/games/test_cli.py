@@ -205,7 +205,8 @@ def test_solve_plot_writes_png(tmp_path):
 
 
 def test_helpers():
-    from societas.marl.games.cli import expand_multi_args, game_slug
+    from societas.marl.cli_common import expand_multi_args
+    from societas.marl.games.cli import game_slug
     from societas.marl.games.plots import log_checkpoints
 
     assert expand_multi_args(["table", "--algos", "cfr", "cfr+", "--iterations", "3"]) == [
