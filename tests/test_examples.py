@@ -1,8 +1,15 @@
 """The examples run end to end on the embedded model (short generations), as
-a user would start them, and write their run directories."""
+a user would start them, and write their run directories.
+
+The scripts of one test run one after another in one Python process, each as
+``python SCRIPT ARGS`` runs it (``runpy`` with ``__name__ == "__main__"``, its
+own ``sys.argv`` and its folder first on ``sys.path``): a process per script
+would import torch and load the model again for each (about 10 s apiece).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -10,7 +17,56 @@ from pathlib import Path
 
 import pytest
 
+from societas.marl.llm.loop import TrainResult
+
 ROOT = Path(__file__).resolve().parents[1]
+
+RUNNER = """
+import json, runpy, sys, traceback
+from pathlib import Path
+
+failed = {}
+for i, (script, args) in enumerate(json.loads(sys.argv[1])):
+    for stream in (sys.stdout, sys.stderr):
+        print(f"=== run {i}", file=stream, flush=True)
+    sys.argv = [script, *args]
+    sys.path[0] = str(Path(script).parent)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (0, None):
+            failed[i] = f"exit status {e.code}"
+    except BaseException:
+        failed[i] = traceback.format_exc()
+for stream in (sys.stdout, sys.stderr):
+    print("=== end", file=stream, flush=True)
+sys.exit(json.dumps(failed) if failed else 0)
+"""
+
+
+def run_scripts(runs: list[tuple[str, list[str]]], timeout: int) -> list[tuple[str, str]]:
+    """Run each (script in examples/, its arguments) as ``python`` would, all in one process, and
+    return the stdout and stderr of each run; a run that fails fails the test with its stderr."""
+    todo = [(str(ROOT / "examples" / script), args) for script, args in runs]
+    r = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(todo)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if "=== end" not in r.stdout or "=== end" not in r.stderr:
+        pytest.fail(f"the runner did not finish (exit status {r.returncode}):\n{r.stderr[-3000:]}")
+    outs, errs = (text.split("=== end")[0].split("=== run ")[1:] for text in (r.stdout, r.stderr))
+    outputs = [(o.split("\n", 1)[1], e.split("\n", 1)[1]) for o, e in zip(outs, errs, strict=True)]
+    assert len(outputs) == len(runs)
+    if r.returncode != 0:
+        failed = json.loads(r.stderr.rstrip().splitlines()[-1])
+        pytest.fail(
+            "\n\n".join(f"{runs[int(i)]}: {why}\n{outputs[int(i)][1][-3000:]}" for i, why in failed.items())
+        )
+    return outputs
+
 
 EXAMPLES = {
     "society_of_thought.py": ["--personas", "3", "--rounds", "2", "--max-new-tokens", "24"],
@@ -21,28 +77,22 @@ EXAMPLES = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(EXAMPLES))
-def test_example_runs(script, tmp_path):
-    out = tmp_path / "run"
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / script), *EXAMPLES[script], "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    files = sorted(p.name for p in out.rglob("*") if p.is_file())
-    if script == "conductor_humaneval.py":
-        # a drawing exists only when the orchestrator's YAML parsed; the record always does
-        result = json.loads((out / "result.json").read_text())
-        assert result["task_id"] == "HumanEval/2" and len(result["turns"]) == 1
-    else:
-        assert any(f.endswith(".png") for f in files), files
-    for f in out.rglob("*.png"):
-        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for f in out.rglob("*.json"):
-        json.loads(f.read_text())
+def test_every_example_runs(tmp_path):
+    scripts = sorted(EXAMPLES)
+    run_scripts([(script, [*EXAMPLES[script], "--out", str(tmp_path / script)]) for script in scripts], 900)
+    for script in scripts:
+        out = tmp_path / script
+        files = sorted(p.name for p in out.rglob("*") if p.is_file())
+        if script == "conductor_humaneval.py":
+            # a drawing exists only when the orchestrator's YAML parsed; the record always does
+            result = json.loads((out / "result.json").read_text())
+            assert result["task_id"] == "HumanEval/2" and len(result["turns"]) == 1
+        else:
+            assert any(f.endswith(".png") for f in files), (script, files)
+        for f in out.rglob("*.png"):
+            assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f
+        for f in out.rglob("*.json"):
+            json.loads(f.read_text())
 
 
 # Each LLM training recipe runs end to end on the embedded model (tiny sizes; the
@@ -87,42 +137,61 @@ RECIPE_RUNS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
-def test_train_recipe_example(recipe, tmp_path):
-    out = tmp_path / recipe
+def _recipe_args(recipe: str, out: Path) -> list[str]:
     sft = "0" if recipe == "selfplay" else "1"
-    cmd = [sys.executable, str(ROOT / "examples" / "train_recipe.py"), recipe, "--steps", "1"]
-    cmd += ["--sft-steps", sft, "--eval-every", "1", "--recipe", json.dumps(RECIPE_RUNS[recipe])]
-    cmd += ["--out", str(out), "--lora", "4"]
+    args = [recipe, "--steps", "1", "--sft-steps", sft, "--eval-every", "1"]
+    return [*args, "--recipe", json.dumps(RECIPE_RUNS[recipe]), "--out", str(out), "--lora", "4"]
 
-    def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*cmd, *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
-    r = run()
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "held-out reward" in r.stdout
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    kinds = [x["kind"] for x in rows]
-    assert kinds.count("train") == 1 and kinds.count("sft") == int(sft) and kinds[0] == "eval"
-    assert all("reward" in x for x in rows if x["kind"] == "eval")
-    assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (out / "checkpoint" / "LATEST").exists() and (out / "summary.md").exists()
-    # LoRA: the checkpoint holds the adapters and their moments, not 1.5 GiB of full fine-tuning state.
-    size = sum(f.stat().st_size for f in (out / "checkpoint").rglob("*") if f.is_file())
-    assert 0 < size < 64 << 20, size
-    if recipe != "selfplay":
-        return
-    # Run again into the same directory: refused with what to do, then continued or restarted.
-    r = run()
-    assert r.returncode == 2 and "--resume continues it, --overwrite starts afresh" in r.stderr
-    r = run("--resume")
-    assert r.returncode == 0, r.stderr[-3000:]
+@pytest.mark.slow
+def test_every_training_recipe_example_runs(tmp_path, capsys, monkeypatch):
+    recipes = sorted(RECIPE_RUNS)
+    outputs = run_scripts([("train_recipe.py", _recipe_args(r, tmp_path / r)) for r in recipes], 1800)
+    for recipe, (stdout, _) in zip(recipes, outputs, strict=True):
+        out = tmp_path / recipe
+        assert f"{recipe}: held-out reward" in stdout, stdout[-2000:]
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        kinds = [x["kind"] for x in rows]
+        sft = int(recipe != "selfplay")
+        assert kinds.count("train") == 1 and kinds.count("sft") == sft and kinds[0] == "eval", (recipe, kinds)
+        assert all("reward" in x for x in rows if x["kind"] == "eval")
+        assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / "checkpoint" / "LATEST").exists() and (out / "summary.md").exists()
+        # LoRA: the checkpoint holds the adapters and their moments, not 1.5 GiB of full fine-tuning state.
+        size = sum(f.stat().st_size for f in (out / "checkpoint").rglob("*") if f.is_file())
+        assert 0 < size < 64 << 20, (recipe, size)
+
+    # Run selfplay again into the same directory: refused with what to do, then continued or restarted.
+    # These runs check the script's handling of its directory, in this process; --overwrite's fresh
+    # training would repeat the run above, so it is recorded, not redone.
+    out = tmp_path / "selfplay"
+    kinds = [json.loads(x)["kind"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    example = _load_example("train_recipe.py")
+    argv = _recipe_args("selfplay", out)
+    with pytest.raises(SystemExit) as refused:
+        example.main(argv)
+    assert refused.value.code == 2
+    assert "--resume continues it, --overwrite starts afresh" in capsys.readouterr().err
+    assert example.main([*argv, "--resume"])["steps"] == 1  # the checkpoint's step, nothing run again
     assert [json.loads(x)["kind"] for x in (out / "metrics.jsonl").read_text().splitlines()] == kinds
     (out / "marker").write_text("old")
-    r = run("--overwrite")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert not (out / "marker").exists() and (out / "checkpoint" / "LATEST").exists()
+    started = []
+
+    def fresh_run(trained, config, out_dir, resume, progress):
+        started.append((out_dir, resume, out_dir.exists(), config.steps))
+        return TrainResult(out_dir, [], {"reward": 0.0}, {"reward": 0.0}, 0.0)
+
+    monkeypatch.setattr(example, "train", fresh_run)
+    example.main([*argv, "--overwrite"])
+    assert started == [(out, False, False, 1)]  # the old run deleted before a fresh one starts
+
+
+def _load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"societas_example_{name[:-3]}", ROOT / "examples" / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPE_RUNS))
