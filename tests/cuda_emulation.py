@@ -149,6 +149,47 @@ _INDEXING = {
 }
 
 
+# the types of almost every argument an operation gets: leaves, without asking pytree
+_LEAF_TYPES = {int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout}
+_LEAF_TYPES |= {torch.memory_format, torch.Tensor, torch.nn.Parameter}
+
+
+def _tree_map(fn: Any, tree: Any) -> Any:
+    """``pytree.tree_map`` with a fast path for the plain tuples, lists and dicts that operations take
+    (the emulation maps every argument of every operation, and pytree's generality cost half the
+    emulated suite's time); any other container goes to pytree, so the result is the same."""
+    kind = type(tree)
+    if kind in _LEAF_TYPES or kind is EmulatedTensor:
+        return fn(tree)
+    if kind is tuple:
+        return tuple([_tree_map(fn, x) for x in tree])
+    if kind is list:
+        return [_tree_map(fn, x) for x in tree]
+    if kind is dict:
+        return {k: _tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list, dict)) or not pytree.tree_is_leaf(tree):
+        return pytree.tree_map(fn, tree)
+    return fn(tree)
+
+
+def _tree_leaves(tree: Any, out: list[Any]) -> list[Any]:
+    """``pytree.tree_leaves`` (appended to ``out``) with the same fast path as :func:`_tree_map`."""
+    kind = type(tree)
+    if kind in _LEAF_TYPES or kind is EmulatedTensor:
+        out.append(tree)
+    elif kind is tuple or kind is list:
+        for x in tree:
+            _tree_leaves(x, out)
+    elif kind is dict:
+        for x in tree.values():
+            _tree_leaves(x, out)
+    elif isinstance(tree, (tuple, list, dict)) or not pytree.tree_is_leaf(tree):
+        out.extend(pytree.tree_leaves(tree))
+    else:
+        out.append(tree)
+    return out
+
+
 def _on_cpu(x: Any) -> Any:
     """The wrapped tensor for an emulated one, the CPU for the emulated device."""
     if isinstance(x, EmulatedTensor):
@@ -222,7 +263,8 @@ def _record(what: str) -> None:
 class _Placement(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        leaves = pytree.tree_leaves((args, kwargs))
+        leaves = _tree_leaves(args, [])
+        _tree_leaves(kwargs, leaves)
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         on_acc = any(isinstance(t, EmulatedTensor) for t in tensors)
         # a device named in the call, as keyword or (under inference mode, ``aten.to.device``) positionally
@@ -249,7 +291,7 @@ class _Placement(TorchDispatchMode):
             to_acc = on_acc
         if on_acc or to_acc:
             self._note_sync(func, args, to_acc)
-        uargs, ukwargs = pytree.tree_map(_on_cpu, (args, kwargs))
+        uargs, ukwargs = _tree_map(_on_cpu, args), _tree_map(_on_cpu, kwargs)
         ukwargs.pop("pin_memory", None)
         out = func(*uargs, **ukwargs)
         # an in-place or out= operation returns the tensor it wrote: give back that very object
@@ -258,7 +300,7 @@ class _Placement(TorchDispatchMode):
             for original, plain in [(a, _on_cpu(a)) for a in (*args, kwargs.get("out"))]:
                 if plain is out:
                     return original
-        return pytree.tree_map(_wrap, out) if to_acc else out
+        return _tree_map(_wrap, out) if to_acc else out
 
     @staticmethod
     def _note_sync(func, args, to_acc: bool) -> None:
@@ -308,7 +350,7 @@ class _CudaNames(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is torch.device:  # the name stays ``cuda``; the tensors made for it get ``emucuda``
             return func(*args, **(kwargs or {}))
-        args, kwargs = pytree.tree_map(_to_emulated, (args, kwargs or {}))
+        args, kwargs = _tree_map(_to_emulated, args), _tree_map(_to_emulated, kwargs or {})
         generator = kwargs.get("generator")
         if generator is not None:
             # checked here, where the generator is still the object the code made
