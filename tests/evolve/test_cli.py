@@ -12,6 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from societas.evolve.cli import app as evolve_app
 from societas.evolve.config import load_config
 from societas.evolve.controller import Controller
 from societas.evolve.task import load_task
@@ -33,6 +36,14 @@ def cli(*args, check=True, timeout=120):
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def cli_here(*args):
+    """The same command line in this process (typer's runner), for the exits on bad input, which
+    stop before anything runs: a process of their own would import torch again (8 s each)."""
+    r = CliRunner().invoke(evolve_app, [str(a) for a in args], prog_name="python -m societas.evolve")
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
 
 
 def last_json(proc):
@@ -93,15 +104,15 @@ def test_scripted_llm_through_the_cli(tmp_path):
 def test_bad_config_exits_2_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("database:\n  num_islands: 0\n")
-    proc = cli("run", TASK, "--config", bad, "--out", tmp_path, "--json", check=False)
+    proc = cli("run", TASK, "--config", bad, "--out", tmp_path, "--json", check=False)  # a real process
     assert proc.returncode == 2
     assert "database.num_islands" in last_json(proc)["error"]
-    proc = cli("run", tmp_path / "nope", "--json", check=False)
+    proc = cli_here("run", tmp_path / "nope", "--json")
     assert proc.returncode == 2 and "is not a directory" in last_json(proc)["error"]
 
 
 def test_run_without_task_or_resume_exits_2(tmp_path):
-    proc = cli("run", "--out", tmp_path, "--json", check=False)
+    proc = cli_here("run", "--out", tmp_path, "--json")
     assert proc.returncode == 2
     assert last_json(proc)["error"] == "give a TASK directory, or --resume RUN_DIR"
 

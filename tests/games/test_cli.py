@@ -1,5 +1,6 @@
 """The games command line (``python -m societas.marl.games`` / ``python -m societas.marl games``)
-and the CFR speed benchmark, run as a user would (subprocesses)."""
+and the CFR speed benchmark, run as a user would (subprocesses; some exits on bad input in this
+process, through typer's runner)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from societas.marl.cli import app as marl_app
+from societas.marl.cli_common import MULTI_OPTIONS, expand_multi_args
+from societas.marl.games.cli import app as games_app
 from societas.marl.games.cli import best_in_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +32,16 @@ def _run(
         timeout=timeout,
         check=False,
     )
+
+
+def _run_here(*args: str, module: tuple[str, ...] = ("societas.marl.games",)) -> subprocess.CompletedProcess:
+    """The same command line in this process (typer's runner, the options expanded as ``main`` does):
+    for exits on bad input, where a process of its own would only import torch again."""
+    app = games_app if module == ("societas.marl.games",) else marl_app
+    argv = expand_multi_args([*module[1:], *args], MULTI_OPTIONS)
+    r = CliRunner().invoke(app, argv, prog_name=f"python -m {' '.join(module)}")
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return subprocess.CompletedProcess(argv, r.exit_code, r.stdout, r.stderr)
 
 
 def _last_json(stdout: str) -> dict:
@@ -100,30 +115,39 @@ def test_solve_vad_cfr_warm_start_follows_the_run_length():
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
+# the first two in a process of their own, one per entry point; the rest in this process
 @pytest.mark.parametrize(
-    "module,args,needle",
+    "module,args,needle,run",
     [
-        (("societas.marl.games",), ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"], "no-such-cfr"),
-        (("societas.marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr"),
+        (
+            ("societas.marl.games",),
+            ["solve", "--game", "kuhn_poker", "--algo", "no-such-cfr"],
+            "no-such-cfr",
+            _run,
+        ),
+        (("societas.marl", "games"), ["solve", "--game", "kuhn_pokr", "--algo", "cfr"], "kuhn_pokr", _run),
         (
             ("societas.marl.games",),
             ["solve", "--game", "kuhn_poker(foo=1)", "--algo", "cfr", "--json"],
             "foo",
+            _run_here,
         ),
         (
             ("societas.marl", "games"),
             ["table", "--games", "kuhn_poker", "--algos", "cfr", "bogus", "--iterations", "2"],
             "bogus",
+            _run_here,
         ),
         (
             ("societas.marl.games",),
             ["table", "--games", "leduc_poker", "nope_game", "--iterations", "2"],
             "nope_game",
+            _run_here,
         ),
     ],
 )
-def test_unknown_game_or_algorithm_exits_2(module, args, needle):
-    r = _run(*args, module=module)
+def test_unknown_game_or_algorithm_exits_2(module, args, needle, run):
+    r = run(*args, module=module)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 3
