@@ -85,7 +85,10 @@ class Backend:
         base = load_llm(uri) if device == "auto" else load_llm(uri, shared=False, device=device)
         if not isinstance(base, TransformersLLM):  # pragma: no cover - the schemes above are local
             raise ValueError(f"model {cfg.model!r} did not load as a local Hugging Face model")
-        base.model.requires_grad_(False)
+        # The base model is only read (the frozen role's generation, the KL reference), under
+        # inference mode or no_grad: its requires_grad flags stay as they are, since with 'auto'
+        # it is the process's shared instance, which its user may train next (PolicyTrainer on
+        # load_llm(...).model).
         base.model.eval()
         self.frozen = base
         self.tokenizer = base.tokenizer

@@ -186,8 +186,9 @@ class PolicyTrainer:
             into this same module tree).
         tokenizer: its tokenizer (the pad id for :func:`collate`).
         config: a :class:`GRPOConfig` (or a dict of its fields).
-        ref_model: the KL reference; when ``kl_beta > 0`` and none is given, a
-            frozen deep copy of ``model`` as it is now.
+        ref_model: the KL reference (put in eval mode; its forward passes run without
+            gradient, so its requires_grad flags are left as they are); when
+            ``kl_beta > 0`` and none is given, a frozen deep copy of ``model`` as it is now.
         policy: if set, :meth:`step` trains only samples whose ``policy`` is
             this name and drops the others (with their rewards and groups).
     """
@@ -209,9 +210,10 @@ class PolicyTrainer:
         self.policy = policy
         self.base_model = model
         if self.config.kl_beta > 0 and ref_model is None:
-            ref_model = copy.deepcopy(model)
+            ref_model = copy.deepcopy(model).requires_grad_(False)
         if ref_model is not None:
-            ref_model.requires_grad_(False)
+            # A given reference keeps its requires_grad flags (it may be a model its owner trains,
+            # such as the process's shared instance of load_llm): its passes run without gradient.
             ref_model.eval()
         self.ref_model = ref_model
         if self.config.lora is not None:

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from societas.agents import load_llm
 from societas.marl.llm import loop
 from societas.marl.llm.loop import (
     FROZEN,
@@ -23,6 +24,7 @@ from societas.marl.llm.loop import (
 )
 from societas.marl.llm.rollouts import RoleMap, TokenSample, samples_from_trace
 from societas.marl.llm.settings import SettingsError
+from societas.marl.llm.trainer import GRPOConfig, PolicyTrainer
 from societas.topology import Runtime
 from societas.topology.graph import Graph
 
@@ -125,6 +127,23 @@ def test_train_writes_the_run_directory(tiny_dir, tmp_path):
     )
     with pytest.raises(FileExistsError, match="not empty"):
         train(CountA(), cfg, out)
+
+
+@pytest.mark.parametrize("grpo", [{"kl_beta": 0.1}, {"lora": {"r": 2, "target_modules": "all-linear"}}])
+def test_training_leaves_the_shared_model_as_its_other_users_had_it(tiny_dir, tmp_path, grpo):
+    """The frozen role and the KL reference read the process's shared instance (device 'auto'):
+    after a run it still trains, as the README's PolicyTrainer on load_llm(...).model does."""
+    shared = load_llm(tiny_dir)
+    weights = {k: v.clone() for k, v in shared.model.state_dict().items()}
+    assert all(p.requires_grad for p in shared.model.parameters())
+    train(CountA(), TrainConfig(model=tiny_dir, steps=1, grpo={"lr": 1e-3, **grpo}), tmp_path / "run")
+    assert load_llm(tiny_dir) is shared
+    assert all(p.requires_grad for p in shared.model.parameters())  # frozen, it could not be trained
+    state = shared.model.state_dict()
+    assert state.keys() == weights.keys() and all(torch.equal(state[k], v) for k, v in weights.items())
+    trainer = PolicyTrainer(shared.model, shared.tokenizer, GRPOConfig(kl_beta=0.04))
+    assert trainer.params and all(p.requires_grad for p in shared.model.parameters())
+    assert not any(p.requires_grad for p in trainer.ref_model.parameters())  # its own frozen copy
 
 
 def test_the_reward_plot_is_drawn_at_evaluations_and_holds_every_step(tiny_dir, tmp_path, monkeypatch):
