@@ -23,7 +23,8 @@ The core they are built on:
 - the policy update (:mod:`societas.marl.llm.trainer`): :class:`PolicyTrainer` takes
   token samples and rewards, computes advantages, accumulates gradients over
   micro-batches (equal to one full-batch step), optionally with LoRA through
-  peft, and saves atomic, resumable checkpoints.
+  peft, and saves atomic, resumable checkpoints; a LoRA policy samples from a copy
+  with its adapters merged (:mod:`societas.marl.llm.serving`).
 """
 
 from societas.marl.llm.advantages import gdpo_advantages, group_ids, grpo_advantages

@@ -95,7 +95,13 @@ class Backend:
         self.trainers: dict[str, PolicyTrainer] = {}
         self.serving: dict[str, Any] = {}
         for name in recipe.policies:
-            model = copy.deepcopy(base.model)
+            # With LoRA the base weights stay frozen: the trained copy holds them as the base
+            # model's own storage (parameter objects of its own, whose flags peft sets).
+            model = (
+                _copy_over_shared_storage(base.model)
+                if cfg.grpo.lora is not None
+                else copy.deepcopy(base.model)
+            )
             model.requires_grad_(True)
             gcfg = cfg.grpo.model_copy(update={"seed": episode_seed(cfg.seed, "policy", name) % (2**31)})
             ref = base.model if gcfg.kl_beta > 0 else None
@@ -106,6 +112,10 @@ class Backend:
                 serve_model = copy.deepcopy(base.model)
             trainer = PolicyTrainer(model, self.tokenizer, gcfg, ref_model=ref, policy=name)
             self.trainers[name] = trainer
+            if serve_model is None and cfg.serve is None:
+                # LoRA: sample from a copy with the adapters merged, refreshed by sync (None
+                # without LoRA, or for adapters a plain merge does not cover).
+                serve_model = trainer.merged_serving_model()
             self.serving[name] = TransformersLLM(
                 trainer.model if serve_model is None else serve_model,
                 self.tokenizer,
@@ -134,7 +144,21 @@ class Backend:
             tr.sync_to(self.vllm[name])
 
     def state_dicts(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {
-            n: {k: v.detach().cpu() for k, v in t.model.state_dict().items()}
-            for n, t in self.trainers.items()
-        }
+        """Each policy's weights as another Backend of the same config loads them
+        (:meth:`load_state_dict`): the adapters only, with LoRA."""
+        return {n: t.policy_state_dict() for n, t in self.trainers.items()}
+
+    def load_state_dict(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        """Load policy ``name``'s weights from :meth:`state_dicts` and serve them."""
+        self.trainers[name].load_policy_state_dict(state)
+        self.sync(name)
+
+
+def _copy_over_shared_storage(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``model`` whose parameters are new ``Parameter`` objects over the
+    same storage (tied ones stay tied): their flags are the copy's own, their values
+    the original's, so the copy costs no memory for weights nobody writes."""
+    memo: dict[int, Any] = {
+        id(p): torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad) for p in model.parameters()
+    }
+    return copy.deepcopy(model, memo)

@@ -60,8 +60,7 @@ class RolloutWorker:
 
             names = list(weights)
             for name, sd in zip(names, ray.get([weights[n] for n in names])):
-                # The serving LLM wraps this very module, so it samples from the new weights.
-                self.backend.trainers[name].model.load_state_dict(sd)
+                self.backend.load_state_dict(name, sd)
         return self.recipe.run_episodes(self.backend.llms(), episodes, train=train)
 
 

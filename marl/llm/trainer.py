@@ -85,6 +85,7 @@ from societas.marl.llm.parallel import (
     shards,
 )
 from societas.marl.llm.rollouts import TokenSample, collate, sequence_logprobs
+from societas.marl.llm.serving import MergedLoRA, merged_lora_copy
 
 __all__ = ["GRPOConfig", "PolicyTrainer", "resolve_precision"]
 
@@ -252,6 +253,7 @@ class PolicyTrainer:
             self.params, lr=self.config.lr, weight_decay=self.config.weight_decay
         )
         self.step_count = 0
+        self._merged_copies: list[MergedLoRA] = []
 
     @property
     def compute_dtype(self) -> torch.dtype | None:
@@ -711,6 +713,48 @@ class PolicyTrainer:
 
     # -- serving the updated weights --------------------------------------------------------------
 
+    def merged_serving_model(self) -> torch.nn.Module | None:
+        """With ``lora``: a copy of the model without peft's wrappers, its adapted linears
+        holding ``W + scaling * B @ A`` (:class:`~societas.marl.llm.serving.MergedLoRA`;
+        every other parameter is this model's own), which generates faster than the
+        wrapped model. :meth:`sync_to` on a ``TransformersLLM`` around it recomputes the
+        merged weights from the adapters. ``None`` without ``lora``, or where the adapted
+        model has trainable parts a plain merge does not cover (DoRA, ``modules_to_save``,
+        ...): serve :attr:`model` itself then."""
+        if self.config.lora is None:
+            return None
+        if self.fsdp:  # pragma: no cover - refused in __init__
+            raise ValueError("sharding='fsdp' with lora is not supported")
+        merged = merged_lora_copy(self.model)
+        if merged is None:
+            return None
+        self._merged_copies.append(merged)
+        return merged.module
+
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """What another copy of this policy (built from the same model and
+        :class:`GRPOConfig`) needs to sample as this one does: the adapter weights with
+        ``lora``, else the whole model's (gathered under FSDP, a collective); on the CPU,
+        detached. Load it with :meth:`load_policy_state_dict`, then :meth:`sync_to`."""
+        weights = self._weights_state() if self.config.lora is not None else self.full_state_dict()
+        return {k: v.detach().cpu() for k, v in weights.items()}
+
+    def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load what :meth:`policy_state_dict` gave (every key must match)."""
+        if self.config.lora is not None:
+            import peft
+
+            result = peft.set_peft_model_state_dict(self.model, state)
+            missing = [k for k in getattr(result, "missing_keys", ()) if "lora_" in k]
+            unexpected = list(getattr(result, "unexpected_keys", ()))
+            if missing or unexpected:
+                raise ValueError(
+                    f"adapter weights do not match this policy's adapters: missing {missing[:3]}, "
+                    f"unexpected {unexpected[:3]}"
+                )
+        else:
+            self.model.load_state_dict(state)
+
     def sync_to(self, llm: Any) -> bool:
         """Make ``llm`` generate with the trained weights.
 
@@ -723,8 +767,10 @@ class PolicyTrainer:
         with ``PolicyTrainer(llm.model, llm.tokenizer, ...)``) — including the
         LoRA case, where peft injects the adapter into that same module tree —
         nothing needs copying: it only makes sure the model is in eval mode and
-        returns ``False``. Otherwise the weights are copied into ``llm.model``
-        (LoRA adapters merged into a copy first) and it returns ``True``.
+        returns ``False``. If ``llm.model`` is a copy made by
+        :meth:`merged_serving_model`, its merged weights are recomputed from the
+        adapters. Otherwise the weights are copied into ``llm.model`` (LoRA
+        adapters merged into a copy first). Both return ``True``.
         """
         if callable(getattr(llm, "load_weights", None)):  # VLLMLLM: push the weights into the engine
             weights = (
@@ -735,6 +781,10 @@ class PolicyTrainer:
             llm.load_weights({k: v.detach() for k, v in weights.items()})
             return True
         target = llm.model
+        for merged in self._merged_copies:
+            if target is merged.module:
+                merged.refresh()
+                return True
         shared = target is self.model or target is self.base_model
         if shared and self.fsdp:
             raise ValueError(
