@@ -758,9 +758,11 @@ class PolicyTrainer:
     def sync_to(self, llm: Any) -> bool:
         """Make ``llm`` generate with the trained weights.
 
-        A :class:`~societas.agents.llm.vllm_llm.VLLMLLM` gets the full state dict (LoRA
-        merged first) through its ``load_weights``, which swaps the engine's
-        weights in place and clears its prefix cache; it returns ``True``.
+        A :class:`~societas.agents.llm.vllm_llm.VLLMLLM` gets the full state dict
+        through its ``load_weights``, which swaps the engine's weights in place and
+        clears its prefix cache; it returns ``True``. With LoRA the adapters are merged
+        first, in a :class:`~societas.marl.llm.serving.MergedLoRA` copy kept from one
+        call to the next.
         For a :class:`~societas.agents.llm.transformers_llm.TransformersLLM`:
 
         If ``llm.model`` is the module this trainer updates (build the trainer
@@ -773,11 +775,18 @@ class PolicyTrainer:
         adapters merged into a copy first). Both return ``True``.
         """
         if callable(getattr(llm, "load_weights", None)):  # VLLMLLM: push the weights into the engine
-            weights = (
-                copy.deepcopy(self.model).merge_and_unload().state_dict()
-                if self.config.lora is not None
-                else self.full_state_dict()
-            )
+            if self.config.lora is None:
+                weights = self.full_state_dict()
+            else:
+                # The merged copy kept for pushing (made once, refreshed each time); a model
+                # a plain merge does not cover is merged into a fresh copy each time.
+                if not self._merged_copies and (merged := merged_lora_copy(self.model)) is not None:
+                    self._merged_copies.append(merged)
+                if self._merged_copies:
+                    self._merged_copies[0].refresh()
+                    weights = self._merged_copies[0].module.state_dict()
+                else:
+                    weights = copy.deepcopy(self.model).merge_and_unload().state_dict()
             llm.load_weights({k: v.detach() for k, v in weights.items()})
             return True
         target = llm.model

@@ -214,3 +214,40 @@ def test_the_lora_generation_benchmark_runs_and_reports_what_it_measured(capsys)
     assert all(result[f"{k}_tokens_per_s"] > 0 for k in ("peft", "merged", "base"))
     assert 0 < result["merged_own_mib"] < result["model_mib"] / 4  # q and v only: a small share
     assert result["max_logit_diff"] < 1e-3
+
+
+def test_a_vllm_engine_is_pushed_peft_merge_from_one_kept_copy(tiny_llm, monkeypatch):
+    """sync_to an engine (anything with load_weights, as VLLMLLM): the whole merged state dict,
+    from a merged copy made at the first push and refreshed at the next ones."""
+    tr = PolicyTrainer(
+        copy.deepcopy(tiny_llm.model),
+        tiny_llm.tokenizer,
+        GRPOConfig(lora={"r": 4, "target_modules": "all-linear"}),
+    )
+
+    class Engine:
+        pushed: list[dict[str, torch.Tensor]] = []
+
+        def load_weights(self, weights):
+            self.pushed.append({k: v.clone() for k, v in weights.items()})
+
+    engine = Engine()
+    for seed in (4, 5):
+        _move_adapters(tr.model, seed)
+        reference = _peft_merged_state(tr.model)
+        if seed == 5:  # the second push makes no copy of the model
+            monkeypatch.setattr(trainer_mod.copy, "deepcopy", lambda *a, **k: pytest.fail("copied the model"))
+        assert tr.sync_to(engine) is True
+        monkeypatch.undo()
+        got = engine.pushed[-1]
+        assert got.keys() == reference.keys() and all(torch.equal(got[k], v) for k, v in reference.items())
+    # A model a plain merge does not cover is merged in a fresh copy each time, as before.
+    dora = PolicyTrainer(
+        copy.deepcopy(tiny_llm.model),
+        tiny_llm.tokenizer,
+        GRPOConfig(lora={"r": 2, "target_modules": ["q_proj"], "use_dora": True}),
+    )
+    _move_adapters(dora.model, 6)
+    assert dora.sync_to(engine) is True
+    reference = _peft_merged_state(dora.model)
+    assert all(torch.equal(engine.pushed[-1][k], v) for k, v in reference.items())
