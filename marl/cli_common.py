@@ -36,7 +36,9 @@ MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 MAX_THREADS = 1024  # torch CPU threads; more is a typo, not a machine
 MULTI_OPTIONS = ("--games", "--algos", "--seeds")
 """Every option of the marl commands that takes several values after one flag (``table --games``,
-``--algos``; the LLM recipes' ``--seeds``): the ``societas`` and ``python -m societas.marl`` lines expand them."""
+``--algos``; the LLM recipes' ``--seeds``): their command lines (``societas``, ``python -m
+societas.marl`` and ``python -m societas.marl.games``) expand them. A test collects the
+list-valued options of every command and checks that they are exactly these."""
 
 
 def one_line(exc: Exception) -> str:

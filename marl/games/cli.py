@@ -57,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 from .suites import HELD_OUT_GAMES, PAPER_GAMES, TRAINING_GAMES  # noqa: E402
 
-# Options of the ``table`` command that take several values after one flag.
-MULTI_VALUE_OPTIONS = ("--games", "--algos")
 EVAL_CHUNK = 4  # policies evaluated together (bounds memory on the large trees)
 # Sane upper bounds of the numeric options, checked before any tree is built: beyond
 # them a run would take days (a typo such as 10**23 iterations), not give a better answer.
@@ -657,4 +655,4 @@ def table(
 
 
 def main() -> None:
-    app(args=expand_multi_args(sys.argv[1:], MULTI_VALUE_OPTIONS), prog_name="python -m societas.marl.games")
+    app(args=expand_multi_args(sys.argv[1:]), prog_name="python -m societas.marl.games")

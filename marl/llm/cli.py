@@ -69,8 +69,6 @@ from societas.marl.llm.recipes import RECIPES
 from societas.marl.llm.settings import SettingsError, validate_settings
 from societas.marl.llm.trainer import CheckpointError
 
-MULTI_VALUE_OPTIONS = ("--seeds",)
-
 
 def plot_seeds(runs: dict[int, list[dict[str, Any]]], path: Path, title: str) -> list[dict[str, float]]:
     """Held-out reward per seed (thin) and their mean (thick); returns the mean curve."""
