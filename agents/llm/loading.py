@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..embedded import convert_gguf, converted_dir, is_complete, prepare
+from ..embedded import converted_dir, is_complete, prepare
+from ..gguf import convert_gguf
 from .base import LLM, UnknownLLM
 from .function import FunctionLLM
 from .openai_compat import OpenAICompatibleLLM

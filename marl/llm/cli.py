@@ -485,3 +485,10 @@ def make_command(name: str):
 
     command.__doc__ = f"Train the '{name}' recipe with GRPO and write run directories."
     return command
+
+
+# Every recipe's command, for the lazy ``train`` groups (``python -m societas.marl train``,
+# ``societas train``), which import this module only when a recipe's command runs.
+recipes_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+for _name in RECIPES:
+    recipes_app.command(_name)(make_command(_name))

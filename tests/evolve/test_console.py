@@ -13,8 +13,13 @@ import typer.main
 from typer.testing import CliRunner
 
 from societas.evolve import console
+from societas.marl import cli as marl_cli
 from societas.marl.cli_common import MULTI_OPTIONS
+from societas.marl.comm import cli as comm_cli
 from societas.marl.games import cli as games_cli
+from societas.marl.llm import cli as llm_cli
+from societas.marl.llm.recipes import RECIPES
+from societas.marl.routing import cli as routing_cli
 from societas.topology import cli as topology_cli
 
 
@@ -32,6 +37,28 @@ def test_the_listing_from_the_table_is_the_listing_of_the_real_commands(monkeypa
         assert f" {name} " in lazy
 
 
+@pytest.mark.parametrize("args", [[], ["train"]])
+def test_the_marl_listings_from_their_tables_are_the_listings_of_the_real_commands(monkeypatch, args):
+    lazy = _help(marl_cli.app, *args)
+    for app in (marl_cli.app, marl_cli.train_app):
+        monkeypatch.setattr(app.info.cls, "listing_from_table", False)
+    assert lazy == _help(marl_cli.app, *args)
+    table = marl_cli.TRAIN_COMMANDS if args else marl_cli.MARL_COMMANDS
+    for name in table:
+        assert f" {name} " in lazy
+
+
+def test_every_training_command_is_in_the_table():
+    assert marl_cli.RECIPE_NAMES == tuple(RECIPES)
+    ctx = typer.Context(typer.core.TyperGroup())
+    real = {
+        name
+        for app in (comm_cli.app, routing_cli.app, llm_cli.recipes_app)
+        for name in typer.main.get_group(app).list_commands(ctx)
+    }
+    assert real == set(marl_cli.TRAIN_COMMANDS)
+
+
 def test_every_command_of_the_mounted_apps_is_in_the_table():
     ctx = typer.Context(typer.core.TyperGroup())
     merged = {
@@ -42,20 +69,43 @@ def test_every_command_of_the_mounted_apps_is_in_the_table():
     assert merged | {"train", "evolve", "model"} == set(console.COMMANDS)
 
 
-@pytest.mark.parametrize("args", [["--help"], []])
-def test_the_help_imports_neither_torch_nor_transformers(args):
+def _heavy_imports(entry: str, line: list[str]) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``entry``'s ``main`` on ``line`` in a fresh interpreter: the process, and a last
+    line with the exit status and which of torch, transformers and pyspiel it imported."""
+    module, prog = {"societas": ("societas.evolve.console", "societas"), "marl": ("societas.marl.cli", "m")}[
+        entry
+    ]
     code = (
         "import sys\n"
-        f"sys.argv = ['societas', *{args!r}]\n"
-        "from societas.evolve.console import main\n"
+        f"sys.argv = [{prog!r}, *{line!r}]\n"
+        f"from {module} import main\n"
         "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
         "print(code, sorted(m for m in ('torch', 'transformers', 'pyspiel') if m in sys.modules))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    return r, r.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", [["--help"], []])
+def test_the_help_imports_neither_torch_nor_transformers(args):
+    r, last = _heavy_imports("societas", args)
     assert "show" in r.stdout and "evolve" in r.stdout
     # with no command the help is shown and the exit status is click's for missing input
-    assert r.stdout.strip().splitlines()[-1] == f"{0 if args else 2} []"
+    assert last == f"{0 if args else 2} []"
+
+
+@pytest.mark.parametrize("line", [["train", "--help"], ["--help"], ["train", "nope"]])
+def test_the_marl_help_and_its_errors_import_neither_torch_nor_transformers(line):
+    r, last = _heavy_imports("marl", line)
+    assert last == f"{2 if 'nope' in line else 0} []"
+    if "nope" in line:
+        assert "No such command 'nope'" in r.stderr
+
+
+def test_the_model_path_imports_neither_torch_nor_transformers(embedded_dir):
+    r, last = _heavy_imports("societas", ["model", "path"])
+    assert r.stdout.strip().splitlines() == [str(embedded_dir), last] and last == "0 []"
 
 
 def test_a_command_runs_from_its_own_module_and_keeps_its_options():
@@ -78,8 +128,10 @@ def test_a_table_entry_without_its_command_is_an_error(monkeypatch):
 
 def _list_valued_options(command) -> dict[str, str]:
     found = {opt: p.help or "" for p in command.params if getattr(p, "multiple", False) for opt in p.opts}
-    for sub in getattr(command, "commands", {}).values():
-        found |= _list_valued_options(sub)
+    if isinstance(command, typer.core.TyperGroup):  # lazy groups list what they have not loaded yet
+        ctx = typer.Context(command)
+        for name in command.list_commands(ctx):
+            found |= _list_valued_options(command.get_command(ctx, name))
     return found
 
 
