@@ -40,6 +40,11 @@ def _tuner_layer_types() -> tuple[Any, Any]:
     return BaseTunerLayer, lora.Linear
 
 
+def _has_bias(layer: Any, adapter: str) -> bool:
+    """Whether ``adapter``'s B carries a bias (peft's ``lora_bias``, 0.14 and later)."""
+    return bool(getattr(layer, "lora_bias", {}).get(adapter, False))
+
+
 def unsupported_for_merging(peft_model: Any) -> str | None:
     """Why :class:`MergedLoRA` cannot serve ``peft_model`` (``None``: it can)."""
     base_tuner, lora_linear = _tuner_layer_types()
@@ -53,9 +58,12 @@ def unsupported_for_merging(peft_model: Any) -> str | None:
             return f"{name} is a {kind}, not a LoRA linear layer (peft.tuners.lora.Linear)"
         if module.merged:
             return f"{name} has adapters merged into its base weights"
+        variants = getattr(module, "lora_variant", {})  # peft 0.16 and later; earlier: use_dora only
         for adapter in module.active_adapters:
-            if adapter in module.lora_variant:
-                return f"{name}'s adapter {adapter!r} is a LoRA variant ({type(module.lora_variant[adapter]).__name__})"
+            if adapter in variants:
+                return f"{name}'s adapter {adapter!r} is a LoRA variant ({type(variants[adapter]).__name__})"
+            if getattr(module, "use_dora", {}).get(adapter, False):
+                return f"{name}'s adapter {adapter!r} is a LoRA variant (DoRA)"
         covered.update(id(p) for p in module.lora_A.parameters())
         covered.update(id(p) for p in module.lora_B.parameters())
     for name, p in peft_model.named_parameters():
@@ -110,7 +118,7 @@ class MergedLoRA:
 
     @staticmethod
     def _merged_attrs(layer: Any) -> tuple[str, ...]:
-        with_bias = any(layer.lora_bias.get(a, False) for a in layer.active_adapters)
+        with_bias = any(_has_bias(layer, a) for a in layer.active_adapters)
         return ("weight", "bias") if with_bias else ("weight",)
 
     @torch.no_grad()
@@ -130,7 +138,7 @@ class MergedLoRA:
                 if adapter not in layer.lora_A:
                     continue
                 target.weight += layer.get_delta_weight(adapter)
-                if layer.lora_bias.get(adapter, False):
+                if _has_bias(layer, adapter):
                     target.bias += layer.lora_B[adapter].bias * layer.scaling[adapter]
         self.module.eval()
 
