@@ -296,7 +296,9 @@ def make_command(name: str):
         lr: float | None = typer.Option(None, help="GRPO learning rate."),
         kl_beta: float | None = typer.Option(None, "--kl-beta", help="KL penalty to the frozen base model."),
         advantage: str | None = typer.Option(None, help="grpo, gdpo or dr_grpo."),
-        loss_type: str | None = typer.Option(None, "--loss-type", help="grpo, bnpo, dr_grpo or dapo."),
+        loss_type: str | None = typer.Option(
+            None, "--loss-type", help="grpo, bnpo, dr_grpo, dapo, cispo or sapo."
+        ),
         model: str | None = typer.Option(
             None, help="Base model: 'embedded' (default), 'hf:DIR' or 'gguf:FILE'."
         ),

@@ -22,9 +22,11 @@ recomputed from the current model before the first update.
 
 Gradient accumulation is exact: each micro-batch loss is weighted so that the
 sum of the micro-batch gradients equals the gradient of the full-batch loss
-for every ``loss_type`` (``grpo``: by its share of sequences; ``bnpo``: by its
-share of kept tokens; ``dr_grpo``: by its share of sequences with the
-full batch's completion width as the constant).
+for every ``loss_type`` (``grpo`` and ``sapo``: by its share of sequences;
+``bnpo``: by its share of kept tokens; ``dr_grpo``: by its share of sequences
+with the full batch's completion width as the constant; ``dapo`` and
+``cispo``: normalised by the whole step's kept tokens already). GSPO's
+sequence-level ratio is a row's own, so it splits the same way.
 
 Under ``torchrun`` (several processes, see :mod:`societas.marl.llm.parallel`)
 every rank is given the whole batch, computes the advantages on all of it,
@@ -75,7 +77,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
-from societas.marl.llm.losses import LOSS_TYPES, policy_loss_terms
+from societas.marl.llm.losses import LOSS_TYPES, LossType, check_variant, policy_loss_terms
 from societas.marl.llm.parallel import (
     all_reduce_max,
     all_reduce_sum,
@@ -102,11 +104,22 @@ class GRPOConfig(BaseModel):
     clip_eps: float = Field(0.2, gt=0.0)
     clip_eps_high: float | None = Field(None, gt=0.0, description="DAPO's upper clip; None = clip_eps")
     kl_beta: float = Field(0.0, ge=0.0)
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+    loss_type: LossType = Field(
         "grpo",
         description="loss aggregation; 'dr_grpo' alone also sets advantage='dr_grpo' (Dr. GRPO's two changes "
-        "go together unless both are given); 'dapo': DAPO's token-level mean over the step's batch",
+        "go together unless both are given); 'dapo': DAPO's token-level mean over the step's batch; "
+        "'cispo': MiniMax-M1's clipped importance weight (needs clip_eps_high, its eps_max); 'sapo': "
+        "a smooth gate instead of the clip (see societas.marl.llm.losses)",
     )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="'sequence': GSPO's one ratio per sequence (the mean log-ratio of its tokens)"
+    )
+    delta: float | None = Field(
+        None,
+        description="two-sided clipping (INTELLECT-2): cap on the unclipped ratio, above 1 + clip_eps_high",
+    )
+    sapo_temperature_pos: float = Field(1.0, gt=0.0, description="sapo's gate temperature for A > 0")
+    sapo_temperature_neg: float = Field(1.05, gt=0.0, description="sapo's gate temperature for A <= 0")
     max_completion_length: int | None = Field(None, ge=1, description="dr_grpo constant; None = batch width")
     advantage: Literal["grpo", "gdpo", "dr_grpo"] = Field(
         "grpo", description="'dr_grpo' alone also sets loss_type='dr_grpo' (see loss_type)"
@@ -136,6 +149,11 @@ class GRPOConfig(BaseModel):
         "'bf16': bf16 weights as they are (small updates round away); "
         "'auto': 'bf16-mixed' on a CUDA device with bf16, else 'fp32'",
     )
+
+    @model_validator(mode="after")
+    def _variant(self) -> GRPOConfig:
+        check_variant(self.loss_type, self.clip_eps, self.clip_eps_high, self.delta)
+        return self
 
     @model_validator(mode="after")
     def _dr_grpo_by_name(self) -> GRPOConfig:
@@ -410,15 +428,19 @@ class PolicyTrainer:
                             loss_type=cfg.loss_type,
                             max_completion_length=L,
                             num_items_in_batch=total_tokens,
+                            importance_sampling_level=cfg.importance_sampling_level,
+                            delta=cfg.delta,
+                            sapo_temperature_pos=cfg.sapo_temperature_pos,
+                            sapo_temperature_neg=cfg.sapo_temperature_neg,
                         )
                         tokens = float(host["completion_mask"][ix].sum())
                         if not live:  # a rank with no rows left still joins the gradient sum
                             w = 0.0
                         elif cfg.loss_type == "bnpo":
                             w = max(1.0, tokens) / max(1.0, total_tokens)
-                        elif cfg.loss_type == "dapo":  # already normalised by the step's tokens
+                        elif cfg.loss_type in ("dapo", "cispo"):  # already normalised by the step's tokens
                             w = 1.0
-                        else:  # grpo, dr_grpo: mean over sequences
+                        else:  # grpo, sapo, dr_grpo: mean over sequences
                             w = (ix.stop - ix.start) / B
                         (loss * (w * scale)).backward()
                     if live:

@@ -141,8 +141,6 @@ def test_loss_type_aggregation_by_hand():
 def test_matches_trl_compute_loss():
     """Run TRL's own ``GRPOTrainer._compute_loss`` on a stand-in trainer whose model returns our logps."""
     pytest.importorskip("trl")
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
     torch.manual_seed(1)
     B, T = 4, 6
     old = -torch.rand(B, T) * 3
@@ -154,38 +152,9 @@ def test_matches_trl_compute_loss():
 
     for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
         for beta, eps_high in ((0.0, 0.2), (0.04, 0.28)):
-            fake = SimpleNamespace(
-                top_entropy_quantile=1.0,
-                off_policy_mask_threshold=None,
-                importance_sampling_level="token",
-                beta=beta,
-                loss_type=loss_type,
-                epsilon_low=0.2,
-                epsilon_high=eps_high,
-                use_vllm=False,
-                model=SimpleNamespace(training=True),
-                current_gradient_accumulation_steps=1,
-                max_completion_length=T + 2,
-                _entropy_bonus_enabled=False,
-                aux_loss_enabled=False,
-                args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
-                accelerator=SimpleNamespace(
-                    reduce=lambda x, reduction="sum": x, gather=lambda x: x, num_processes=1
-                ),
-                _metrics=defaultdict(lambda: defaultdict(list)),
-                _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
+            trl_loss, trl_metrics = _trl_loss(
+                new, old, ref, adv, mask, loss_type=loss_type, beta=beta, eps_high=eps_high
             )
-            inputs = {
-                "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
-                "prompt_mask": torch.ones(B, 2),
-                "completion_ids": torch.zeros(B, T, dtype=torch.long),
-                "completion_mask": mask,
-                "advantages": adv,
-                "old_per_token_logps": old,
-                "ref_per_token_logps": ref,
-                "num_items_in_batch": mask.sum().float() * 1.5,  # the step's batch is larger than this one
-            }
-            trl_loss = GRPOTrainer._compute_loss(fake, None, inputs)
             ours, metrics = policy_loss(
                 new,
                 old,
@@ -200,10 +169,155 @@ def test_matches_trl_compute_loss():
                 num_items_in_batch=float(mask.sum()) * 1.5,
             )
             torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
-            trl_metrics = fake._metrics["train"]
             assert metrics["clip_fraction"] == pytest.approx(
                 trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6
             )
             assert metrics["clip_fraction"] > 0
             if beta:
                 assert metrics["kl"] == pytest.approx(trl_metrics["kl"][-1], abs=1e-6)
+
+
+def _trl_loss(
+    new, old, ref, adv, mask, *, loss_type, beta, eps_high, level="token", delta=None, taus=(1.0, 1.05)
+):
+    """TRL's own ``GRPOTrainer._compute_loss`` on a stand-in trainer whose model returns ``new``."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    B, T = new.shape
+    fake = SimpleNamespace(
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=beta,
+        loss_type=loss_type,
+        epsilon_low=0.2,
+        epsilon_high=eps_high,
+        use_vllm=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=T + 2,
+        _entropy_bonus_enabled=False,
+        aux_loss_enabled=False,
+        args=SimpleNamespace(
+            use_bias_correction_kl=False,
+            delta=delta,
+            steps_per_generation=1,
+            sapo_temperature_pos=taus[0],
+            sapo_temperature_neg=taus[1],
+        ),
+        accelerator=SimpleNamespace(reduce=lambda x, reduction="sum": x, gather=lambda x: x, num_processes=1),
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
+    )
+    inputs = {
+        "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 2),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum().float() * 1.5,
+    }
+    return GRPOTrainer._compute_loss(fake, None, inputs), fake._metrics["train"]
+
+
+VARIANTS = [
+    # (loss_type, importance_sampling_level, clip_eps_high, delta)
+    ("grpo", "sequence", 0.28, None),
+    ("dapo", "sequence", 0.2, None),
+    ("bnpo", "token", 0.2, 1.5),
+    ("grpo", "sequence", 0.2, 1.3),
+    ("cispo", "token", 5.0, None),
+    ("cispo", "token", 1.1, None),
+    ("cispo", "sequence", 1.05, None),
+    ("sapo", "token", None, None),
+    ("sapo", "sequence", None, None),
+]
+
+
+@pytest.mark.parametrize("loss_type, level, eps_high, delta", VARIANTS)
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_gspo_cispo_sapo_and_two_sided_clipping_match_trl_in_value_and_gradient(
+    loss_type, level, eps_high, delta, beta
+):
+    pytest.importorskip("trl")
+    torch.manual_seed(2)
+    B, T = 5, 7
+    old = -torch.rand(B, T) * 3
+    ref = old + 0.2 * torch.randn(B, T)
+    adv = torch.tensor([1.3, -0.7, 0.2, -2.0, 0.9])
+    mask = (torch.rand(B, T) > 0.3).long()
+    mask[:, 0] = 1
+    mask[-1] = 0  # a sequence with no kept token
+    base = old + 0.5 * torch.randn(B, T)
+    new_trl = base.clone().requires_grad_(True)
+    new_ours = base.clone().requires_grad_(True)
+    trl_loss, trl_metrics = _trl_loss(
+        new_trl,
+        old,
+        ref,
+        adv,
+        mask,
+        loss_type=loss_type,
+        beta=beta,
+        eps_high=eps_high or 0.2,
+        level=level,
+        delta=delta,
+    )
+    ours, metrics = policy_loss(
+        new_ours,
+        old,
+        adv,
+        mask,
+        ref_logp=ref,
+        clip_eps=0.2,
+        clip_eps_high=eps_high,
+        kl_beta=beta,
+        loss_type=loss_type,
+        max_completion_length=T + 2,
+        num_items_in_batch=float(mask.sum()) * 1.5,
+        importance_sampling_level=level,
+        delta=delta,
+    )
+    torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
+    (g_trl,) = torch.autograd.grad(trl_loss, new_trl)
+    (g_ours,) = torch.autograd.grad(ours, new_ours)
+    torch.testing.assert_close(g_ours, g_trl, atol=1e-6, rtol=1e-6)
+    assert g_ours.abs().sum() > 0
+    if level == "token" and loss_type == "cispo":
+        assert metrics["clip_fraction"] == pytest.approx(trl_metrics["cispo_clip_ratio"][-1], abs=1e-6)
+    elif level == "token" and loss_type != "sapo":
+        assert metrics["clip_fraction"] == pytest.approx(trl_metrics["clip_ratio/region_mean"][-1], abs=1e-6)
+
+
+def test_gspo_clips_the_sequence_ratio_as_a_whole():
+    """Two kept tokens with log-ratios 0.1 and 0.3: token-level, only the second is clipped;
+    GSPO's one ratio exp(0.2) = 1.2214 > 1.2 clips both (grpo's per-sequence mean, A = 1)."""
+    old = torch.zeros(1, 3)
+    new = torch.tensor([[0.1, 0.3, 5.0]])  # the third token is not kept
+    mask = torch.tensor([[1, 1, 0]])
+    adv = torch.tensor([1.0])
+    token, _ = policy_loss(new, old, adv, mask)
+    assert token.item() == pytest.approx(-(math.exp(0.1) + 1.2) / 2)
+    seq, m = policy_loss(new, old, adv, mask, importance_sampling_level="sequence")
+    assert seq.item() == pytest.approx(-1.2)
+    assert m["ratio"] == pytest.approx(math.exp(0.2)) and m["clip_fraction"] == 1.0
+
+
+def test_variants_refuse_what_would_surprise():
+    new = torch.zeros(1, 2)
+    args = (new, new, torch.ones(1), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="caps the importance weight itself at clip_eps_high"):
+        policy_loss(*args, loss_type="cispo")
+    with pytest.raises(ValueError, match=r"delta must exceed 1 \+ the upper clip range \(1.28\), got 1.2"):
+        policy_loss(*args, clip_eps_high=0.28, delta=1.2)
+    with pytest.raises(ValueError, match="applies to the clipped losses, not to 'sapo'"):
+        policy_loss(*args, loss_type="sapo", delta=2.0)
+    with pytest.raises(ValueError, match="importance_sampling_level must be one of"):
+        policy_loss(*args, importance_sampling_level="seq")
+    from societas.marl.llm import GRPOConfig
+
+    with pytest.raises(ValueError, match="caps the importance weight itself"):
+        GRPOConfig(loss_type="cispo")
+    assert GRPOConfig(loss_type="cispo", clip_eps_high=5.0).clip_eps_high == 5.0

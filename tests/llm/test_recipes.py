@@ -396,7 +396,7 @@ def no_model_load(monkeypatch):
         (["--kl-beta", "nan"], "error: --kl-beta must be a finite number, got nan"),
         (
             ["--loss-type", "ppo"],
-            "error: --loss-type: Input should be 'grpo', 'bnpo', 'dr_grpo' or 'dapo' (got 'ppo')",
+            "error: --loss-type: Input should be 'grpo', 'bnpo', 'dr_grpo', 'dapo', 'cispo' or 'sapo' (got 'ppo')",
         ),
     ],
 )

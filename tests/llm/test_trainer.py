@@ -97,8 +97,21 @@ def test_dr_grpo_named_once_gives_both_of_its_changes():
     assert GRPOConfig(loss_type="dapo").advantage == "grpo"
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-def test_gradient_accumulation_equals_full_batch(llm, loss_type):
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"loss_type": "grpo"},
+        {"loss_type": "bnpo"},
+        {"loss_type": "dr_grpo"},
+        {"loss_type": "dapo"},
+        {"loss_type": "cispo", "clip_eps_high": 5.0},
+        {"loss_type": "sapo"},
+        {"loss_type": "grpo", "importance_sampling_level": "sequence"},
+        {"loss_type": "dapo", "importance_sampling_level": "sequence", "delta": 1.5},
+    ],
+    ids=lambda v: "-".join(str(x) for x in v.values()),
+)
+def test_gradient_accumulation_equals_full_batch(llm, variant):
     rm = RoleMap({"answerer": "p"})
     samples = _rollout(llm, _one_node(), ["q1", "q1", "q2", "q2"], rm, seed=2)
     # unequal completion lengths so that token weighting matters
@@ -120,7 +133,7 @@ def test_gradient_accumulation_equals_full_batch(llm, loss_type):
             lr=1e-3,
             grad_accum_steps=k,
             micro_batch_tokens=cap,
-            loss_type=loss_type,
+            **variant,
             advantage="gdpo",
             kl_beta=0.05,
             max_grad_norm=0.5,
