@@ -120,6 +120,12 @@ class GRPOConfig(BaseModel):
     )
     sapo_temperature_pos: float = Field(1.0, gt=0.0, description="sapo's gate temperature for A > 0")
     sapo_temperature_neg: float = Field(1.05, gt=0.0, description="sapo's gate temperature for A <= 0")
+    mask_truncated_completions: bool = Field(
+        False,
+        description="DAPO's overlong filtering: samples cut by max_new_tokens (finish_reason 'length'; "
+        "where none was recorded, a last token that is neither end-of-sequence nor padding) count in "
+        "their group's advantages but are left out of the loss",
+    )
     max_completion_length: int | None = Field(None, ge=1, description="dr_grpo constant; None = batch width")
     advantage: Literal["grpo", "gdpo", "dr_grpo"] = Field(
         "grpo", description="'dr_grpo' alone also sets loss_type='dr_grpo' (see loss_type)"
@@ -327,7 +333,8 @@ class PolicyTrainer:
         ``clip_fraction``, ``ratio``, ``grad_norm`` (before clipping),
         ``reward_mean`` (weighted reward sum; plus ``reward_<k>_mean`` per
         column when R > 1), ``advantage_mean``, ``advantage_std``,
-        ``samples``, ``tokens`` (trained tokens) and ``step`` (optimizer steps so far).
+        ``samples``, ``tokens`` (trained tokens) and ``step`` (optimizer steps so far); with
+        ``mask_truncated_completions``, ``truncated`` (samples left out of the loss).
         """
         samples = list(samples)
         rewards = torch.as_tensor(rewards, dtype=torch.float32)
@@ -373,6 +380,9 @@ class PolicyTrainer:
         ]
         # Collated on the host, which keeps the mask to count tokens without reading the device.
         host = collate(plain, self.pad_id)
+        truncated = self._truncated(samples) if cfg.mask_truncated_completions else []
+        if truncated:  # in the advantages above, out of the loss below
+            host["completion_mask"][torch.tensor(truncated, dtype=torch.long)] = 0.0
         batch = {k: v.to(dev) for k, v in host.items()}
         B, C = host["completion_mask"].shape
         adv_host, adv = adv, adv.to(dev)
@@ -474,6 +484,8 @@ class PolicyTrainer:
         metrics["samples"] = float(B)
         metrics["tokens"] = total_tokens
         metrics["step"] = float(self.step_count)
+        if cfg.mask_truncated_completions:
+            metrics["truncated"] = float(len(truncated))
         return metrics
 
     def sft_step(self, samples: Sequence[TokenSample]) -> dict[str, float]:
@@ -578,6 +590,21 @@ class PolicyTrainer:
     @staticmethod
     def _slice(batch: dict[str, torch.Tensor], ix: slice) -> dict[str, torch.Tensor]:
         return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
+
+    def _truncated(self, samples: Sequence[TokenSample]) -> list[int]:
+        """Indices of the samples that ``max_new_tokens`` cut: ``finish_reason`` ``"length"``, or,
+        for a sample without one, a last token that is neither end-of-sequence nor padding (TRL's rule)."""
+        ends = {self.tokenizer.eos_token_id, self.pad_id}
+        out = []
+        for i, s in enumerate(samples):
+            reason = s.meta.get("finish_reason")
+            if reason is not None:
+                cut = reason == "length"
+            else:
+                cut = bool(s.completion_ids) and s.completion_ids[-1] not in ends
+            if cut:
+                out.append(i)
+        return out
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ end-to-end run through societas.topology.Runtime that raises the reward, and rol
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 
 import pytest
@@ -434,3 +435,41 @@ def test_only_the_trained_role_is_updated_and_masked_tokens_are_inert(llm):
         assert m["tokens"] == len(base.completion_ids) + len(samples[1].completion_ids)
         after.append(_params(model))
     assert torch.equal(after[0], after[1])
+
+
+def test_truncated_completions_count_in_the_advantages_but_not_in_the_loss(llm):
+    """DAPO's overlong filtering (TRL's mask_truncated_completions): the step equals one on the same
+    samples with the cut ones' masks zeroed, the advantages computed over all of them."""
+    rm = RoleMap({"answerer": "p"})
+    samples = _rollout(llm, _one_node(), ["q", "q", "q", "q"], rm, seed=4)
+    reasons = ["length", "stop", "length", "stop"]
+    samples = [dataclasses.replace(s, meta={**s.meta, "finish_reason": r}) for s, r in zip(samples, reasons)]
+    rewards = torch.tensor([1.0, 0.0, 0.5, 2.0])
+    cfg = {"lr": 1e-3, "loss_type": "dapo"}
+
+    def step(config, batch):
+        tr = PolicyTrainer(copy.deepcopy(llm.model), llm.tokenizer, GRPOConfig(**config))
+        metrics = tr.step(batch, rewards, groups=[0, 0, 0, 0])
+        return _params(tr.model), metrics, tr
+
+    masked, m, tr = step({**cfg, "mask_truncated_completions": True}, samples)
+    assert m["truncated"] == 2.0
+    zeroed = [
+        dataclasses.replace(s, completion_mask=[0] * len(s.completion_mask)) if r == "length" else s
+        for s, r in zip(samples, reasons)
+    ]
+    by_hand, m_hand, _ = step(cfg, zeroed)
+    assert torch.equal(masked, by_hand) and m["tokens"] == m_hand["tokens"]
+    unmasked, m_all, _ = step(cfg, samples)
+    assert not torch.equal(masked, unmasked) and m_all["tokens"] > m["tokens"]
+    # Without a recorded finish_reason, TRL's rule: cut where the last token is not EOS or padding.
+    eos = llm.tokenizer.eos_token_id
+    bare = [
+        dataclasses.replace(
+            samples[0], meta={}, completion_ids=[5, 6, eos], completion_mask=[1, 1, 1], old_logprobs=None
+        ),
+        dataclasses.replace(
+            samples[0], meta={}, completion_ids=[5, 6, 7], completion_mask=[1, 1, 1], old_logprobs=None
+        ),
+    ]
+    assert tr._truncated(bare) == [1]
