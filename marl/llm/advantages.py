@@ -14,6 +14,12 @@ Dr. GRPO (Liu et al., arXiv 2503.20783) drops the division (``scale=False``)::
 
     A_i   = r_i - mean_{j in g(i)} r_j
 
+Group mean with the *batch's* std (``scale="batch"``; TRL's
+``scale_rewards="batch"``, the "Lite PPO" recommendation of Liu et al.,
+"Tricks or Traps?", arXiv 2508.08221)::
+
+    A_i   = (r_i - mean_{j in g(i)} r_j) / (std_batch r + eps)
+
 GDPO (arXiv 2601.05242) normalises each reward separately inside the group,
 so that reward *combinations* stay apart (GRPO maps group totals (0, 1) and
 (0, 2) to the same advantages), then sums and normalises over the batch::
@@ -145,7 +151,7 @@ def grpo_advantages(
     rewards: torch.Tensor,
     groups: torch.Tensor,
     weights=None,
-    scale: bool = True,
+    scale: bool | str = True,
     eps: float = TRL_EPS,
     keep_raw: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -156,7 +162,8 @@ def grpo_advantages(
         groups: [B] integer group id per sample (any labels; see :func:`group_ids`).
         weights: [R] reward weights (default all 1).
         scale: divide by the group's unbiased std + eps (GRPO); ``False`` only
-            centres on the group mean (Dr. GRPO).
+            centres on the group mean (Dr. GRPO); ``"batch"`` divides by the unbiased
+            std of the whole batch's (weighted) rewards + eps.
         eps: added to the std (TRL uses 1e-4).
         keep_raw: [B] bool; a sample marked here that is alone in its group keeps
             its weighted reward as advantage (HRPO's rule, see :class:`HopGroup`
@@ -165,8 +172,12 @@ def grpo_advantages(
     r = _as_matrix(rewards)
     w = _weights(weights, r.shape[1], r)
     g, G = _compact_groups(groups, r.shape[0], r.device)
+    if scale not in (True, False, "batch"):
+        raise ValueError(f"scale must be True, False or 'batch', got {scale!r}")
     total = (r * w).sum(dim=1, keepdim=True)  # r_i = sum_k w_k r_ik
-    adv = _normalise_in_groups(total, g, G, scale, eps).squeeze(1)
+    adv = _normalise_in_groups(total, g, G, scale is True, eps).squeeze(1)
+    if scale == "batch" and total.shape[0] > 1:
+        adv = adv / (total.squeeze(1).std() + eps)
     if keep_raw is not None:
         keep_raw = torch.as_tensor(keep_raw, dtype=torch.bool, device=adv.device)
         if keep_raw.shape != adv.shape:

@@ -130,6 +130,11 @@ class GRPOConfig(BaseModel):
     advantage: Literal["grpo", "gdpo", "dr_grpo"] = Field(
         "grpo", description="'dr_grpo' alone also sets loss_type='dr_grpo' (see loss_type)"
     )
+    scale_rewards: Literal["group", "batch", "none"] | None = Field(
+        None,
+        description="what divides a grpo advantage: the group's std ('group', GRPO), the whole batch's "
+        "('batch', Lite PPO) or nothing ('none', Dr. GRPO); None: as advantage says",
+    )
     reward_weights: list[float] | None = None
     grad_accum_steps: int = Field(1, ge=1, description="micro-batches per optimizer step (at least)")
     micro_batch_tokens: int | None = Field(
@@ -159,6 +164,10 @@ class GRPOConfig(BaseModel):
     @model_validator(mode="after")
     def _variant(self) -> GRPOConfig:
         check_variant(self.loss_type, self.clip_eps, self.clip_eps_high, self.delta)
+        if self.scale_rewards is not None and self.advantage == "gdpo":
+            raise ValueError(
+                "scale_rewards applies to grpo advantages; gdpo normalises each reward and the batch"
+            )
         return self
 
     @model_validator(mode="after")
@@ -314,9 +323,10 @@ class PolicyTrainer:
         w = self.config.reward_weights
         if self.config.advantage == "gdpo":
             return gdpo_advantages(rewards, groups, weights=w)
-        return grpo_advantages(
-            rewards, groups, weights=w, scale=self.config.advantage == "grpo", keep_raw=keep_raw
-        )
+        how = self.config.scale_rewards or ("group" if self.config.advantage == "grpo" else "none")
+        scales: dict[str, bool | str] = {"group": True, "batch": "batch", "none": False}
+        scale = scales[how]
+        return grpo_advantages(rewards, groups, weights=w, scale=scale, keep_raw=keep_raw)
 
     # -- the update -----------------------------------------------------------------------------
 

@@ -174,3 +174,22 @@ def test_matches_trl_formulas():
     torch.testing.assert_close(
         gdpo_advantages(rewards_per_func, groups, weights), trl_gdpo, atol=1e-5, rtol=1e-5
     )
+
+
+def test_batch_scaling_divides_the_group_centred_rewards_by_the_batch_std():
+    """TRL's scale_rewards='batch' (Lite PPO), by hand: rewards 1, 0 | 3, 1 | 2, 2 in three groups."""
+    rewards = torch.tensor([1.0, 0.0, 3.0, 1.0, 2.0, 2.0])
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    batch_std = math.sqrt(sum((r - 1.5) ** 2 for r in (1, 0, 3, 1, 2, 2)) / 5)  # unbiased
+    expected = torch.tensor([0.5, -0.5, 1.0, -1.0, 0.0, 0.0]) / (batch_std + 1e-4)  # a constant group: 0
+    got = grpo_advantages(rewards, groups, scale="batch")
+    torch.testing.assert_close(got, expected)
+    assert got[4:].eq(0).all()
+    with pytest.raises(ValueError, match="scale must be True, False or 'batch', got 'group'"):
+        grpo_advantages(rewards, groups, scale="group")
+    # Through the trainer's config: 'batch' here, the group's std by default, none for Dr. GRPO.
+    from societas.marl.llm import GRPOConfig
+
+    assert GRPOConfig(scale_rewards="batch").scale_rewards == "batch"
+    with pytest.raises(ValueError, match="scale_rewards applies to grpo advantages"):
+        GRPOConfig(advantage="gdpo", scale_rewards="batch")

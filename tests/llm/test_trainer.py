@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from societas.agents.llm.transformers_llm import TransformersLLM
-from societas.marl.llm.advantages import HopGroup
+from societas.marl.llm.advantages import HopGroup, grpo_advantages
 from societas.marl.llm.rollouts import (
     SEGMENTS_KEY,
     RoleMap,
@@ -473,3 +473,18 @@ def test_truncated_completions_count_in_the_advantages_but_not_in_the_loss(llm):
         ),
     ]
     assert tr._truncated(bare) == [1]
+
+
+def test_scale_rewards_chooses_what_divides_the_advantages(llm):
+    rewards, groups = torch.tensor([1.0, 0.0, 3.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    for config, scale in (
+        ({}, True),
+        ({"scale_rewards": "batch"}, "batch"),
+        ({"scale_rewards": "none"}, False),
+        ({"advantage": "dr_grpo"}, False),
+        ({"advantage": "dr_grpo", "scale_rewards": "group"}, True),
+    ):
+        tr = PolicyTrainer(llm.model, llm.tokenizer, GRPOConfig(**config))
+        assert torch.equal(tr.advantages(rewards, groups), grpo_advantages(rewards, groups, scale=scale)), (
+            config
+        )
