@@ -50,6 +50,9 @@ def unsupported_for_merging(peft_model: Any) -> str | None:
     base_tuner, lora_linear = _tuner_layer_types()
     tree = peft_model.get_base_model()
     covered: set[int] = set()
+    holders: dict[int, int] = {}  # parameter -> how many places hold it (tied weights: more than one)
+    for _, p in tree.named_parameters(remove_duplicate=False):
+        holders[id(p)] = holders.get(id(p), 0) + 1
     for name, module in tree.named_modules():
         if not isinstance(module, base_tuner):
             continue
@@ -64,6 +67,9 @@ def unsupported_for_merging(peft_model: Any) -> str | None:
                 return f"{name}'s adapter {adapter!r} is a LoRA variant ({type(variants[adapter]).__name__})"
             if getattr(module, "use_dora", {}).get(adapter, False):
                 return f"{name}'s adapter {adapter!r} is a LoRA variant (DoRA)"
+        if holders.get(id(module.get_base_layer().weight), 0) > 1:
+            # merging writes into the tied weight too (peft's merge does): a copy would differ
+            return f"{name}'s weight is tied to another parameter"
         covered.update(id(p) for p in module.lora_A.parameters())
         covered.update(id(p) for p in module.lora_B.parameters())
     for name, p in peft_model.named_parameters():

@@ -21,7 +21,7 @@ from .test_loop import CountA
 peft = pytest.importorskip("peft")
 
 
-def _tiny(bias: bool) -> torch.nn.Module:
+def _tiny(bias: bool, tied: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -34,6 +34,7 @@ def _tiny(bias: bool) -> torch.nn.Module:
         num_key_value_heads=2,
         attention_bias=bias,
         mlp_bias=bias,
+        tie_word_embeddings=tied,
     )
     return LlamaForCausalLM(cfg).eval()
 
@@ -131,11 +132,16 @@ def test_refresh_follows_the_adapters_and_never_touches_the_base():
             {"r": 2, "target_modules": ["q_proj", "embed_tokens"]},
             r"is a peft\.tuners\.lora\.layer\.Embedding, not a LoRA linear layer",
         ),
+        (
+            {"r": 2, "target_modules": ["lm_head"], "tied": True},
+            "lm_head's weight is tied to another parameter",
+        ),
     ],
-    ids=["dora", "modules_to_save", "embedding"],
+    ids=["dora", "modules_to_save", "embedding", "tied"],
 )
 def test_what_a_plain_merge_does_not_cover_is_refused_with_the_reason(lora, why):
-    pm = peft.get_peft_model(_tiny(False), peft.LoraConfig(**lora))
+    lora = dict(lora)
+    pm = peft.get_peft_model(_tiny(False, tied=lora.pop("tied", False)), peft.LoraConfig(**lora))
     assert re.search(why, unsupported_for_merging(pm))
     assert merged_lora_copy(pm) is None
     with pytest.raises(ValueError, match="cannot serve this peft model from merged weights: .*" + why):
