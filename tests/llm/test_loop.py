@@ -5,9 +5,11 @@ start; plus Runtime per-task seeds (what split rollouts rely on)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
+import yaml
 
 from societas.agents import load_llm
 from societas.marl.llm import loop
@@ -330,3 +332,23 @@ def test_reward_plot_has_whole_steps_and_a_visible_mark_for_one_point():
     handles, labels = ax.get_legend_handles_labels()
     assert labels == ["training reward", "held-out reward"]
     assert all(h.get_marker() not in (None, "", "None") for h in handles)  # one point still shows
+
+
+def test_the_grpo_variants_reach_the_trainer_through_the_run_config(tiny_dir, tmp_path):
+    """GSPO with CISPO's clipped weight, overlong filtering and batch-std advantages, two epochs:
+    the run trains, logs how many samples it left out, and writes the settings it ran with."""
+    grpo = {
+        "lr": 1e-3,
+        "epochs": 2,
+        "importance_sampling_level": "sequence",
+        "loss_type": "cispo",
+        "clip_eps_high": 5.0,
+        "mask_truncated_completions": True,
+        "scale_rewards": "batch",
+    }
+    out = tmp_path / "run"
+    train(CountA(), TrainConfig(model=tiny_dir, steps=1, eval_every=1, grpo=grpo), out)
+    (row,) = [r for r in _rows(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert 0 <= row["p/truncated"] <= 6 and math.isfinite(row["p/loss"]) and row["p/step"] == 2
+    written = yaml.safe_load((out / "config.yaml").read_text())
+    assert {k: written["train"]["grpo"][k] for k in grpo} == grpo
