@@ -63,7 +63,14 @@ from typing import Literal
 
 import torch
 
-__all__ = ["IMPORTANCE_SAMPLING_LEVELS", "LOSS_TYPES", "LossType", "policy_loss", "policy_loss_terms"]
+__all__ = [
+    "IMPORTANCE_SAMPLING_LEVELS",
+    "LOSS_TYPES",
+    "LossType",
+    "high_entropy_mask",
+    "policy_loss",
+    "policy_loss_terms",
+]
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -90,6 +97,7 @@ def policy_loss(
     delta: float | None = None,
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
+    token_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped GRPO surrogate with optional k3 KL penalty.
 
@@ -112,6 +120,9 @@ def policy_loss(
         delta: two-sided clipping's cap on the unclipped ratio (the clipped losses only).
         sapo_temperature_pos: ``sapo``'s gate temperature for positive advantages.
         sapo_temperature_neg: ``sapo``'s gate temperature for the others.
+        token_weight: [B, T] weights of the policy term per token before the KL is added
+            (the high-entropy mask of ``top_entropy_quantile``: TRL's ``entropy_mask``); the
+            aggregation's denominators still count every kept token, as TRL's do.
 
     Returns:
         The scalar loss and a dict with ``clip_fraction``, ``kl`` and ``ratio``.
@@ -132,6 +143,7 @@ def policy_loss(
         delta=delta,
         sapo_temperature_pos=sapo_temperature_pos,
         sapo_temperature_neg=sapo_temperature_neg,
+        token_weight=token_weight,
     )
     return loss, {k: float(v) for k, v in terms.items()}
 
@@ -152,6 +164,7 @@ def policy_loss_terms(
     delta: float | None = None,
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
+    token_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:func:`policy_loss` with its metrics left on the device: 0-dimensional tensors
     (``kl`` included, 0 without a reference), so that a training loop can sum them there
@@ -159,7 +172,12 @@ def policy_loss_terms(
     """
     if new_logp.dim() != 2:
         raise ValueError(f"new_logp must have shape [B, T], got {tuple(new_logp.shape)}")
-    for name, t in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
+    for name, t in (
+        ("old_logp", old_logp),
+        ("mask", mask),
+        ("ref_logp", ref_logp),
+        ("token_weight", token_weight),
+    ):
         if t is not None and t.shape != new_logp.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(new_logp.shape)}")
     if advantages.shape != new_logp.shape[:1]:
@@ -189,6 +207,9 @@ def policy_loss_terms(
         clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
         capped = ratio if delta is None else torch.clamp(ratio, max=delta)  # two-sided clipping
         per_token = -torch.min(capped * A, clipped * A)  # -min(rho A, clip(rho) A)
+
+    if token_weight is not None:
+        per_token = per_token * token_weight.to(per_token.dtype)
 
     kl = None
     if ref_logp is not None:
@@ -244,3 +265,30 @@ def check_variant(loss_type: str, clip_eps: float, clip_eps_high: float | None, 
         top = 1.0 + (clip_eps if clip_eps_high is None else clip_eps_high)
         if delta <= top:
             raise ValueError(f"delta must exceed 1 + the upper clip range ({top:g}), got {delta:g}")
+
+
+def high_entropy_mask(
+    entropy: torch.Tensor, mask: torch.Tensor, quantile: float, values: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[B, T] (``mask``'s dtype): 1 on the kept tokens whose entropy is at least the
+    ``1 - quantile`` quantile of ``values`` (default: the kept tokens' entropies), the forking
+    tokens of Wang et al., "Beyond the 80/20 rule" (arXiv 2506.01939), TRL's
+    ``get_high_entropy_mask`` (linear interpolation, ``>=``)."""
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+    if values is None:
+        values = entropy[mask > 0]
+    values = values.float()
+    out = torch.zeros_like(mask)
+    if values.numel() == 0:
+        return out
+    q = 1.0 - quantile
+    if values.numel() <= 2**24:  # torch.quantile's limit
+        threshold = torch.quantile(values, q)
+    else:  # the same linear interpolation between the two order statistics around q (n - 1)
+        ranked = values.sort().values
+        pos = q * (values.numel() - 1)
+        lo = int(pos)
+        hi = min(lo + 1, values.numel() - 1)
+        threshold = ranked[lo] + (ranked[hi] - ranked[lo]) * (pos - lo)
+    return ((entropy * (mask > 0) >= threshold.to(entropy.device)) & (mask > 0)).to(mask.dtype)

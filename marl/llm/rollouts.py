@@ -40,7 +40,7 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -487,8 +487,24 @@ def collate(
     return {k: v.to(dev) for k, v in batch.items()}
 
 
-def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``log pi(y_t | x, y_<t)`` for every completion column, shape ``[B, C]``.
+@overload
+def sequence_logprobs(
+    model: Any, batch: Mapping[str, torch.Tensor], *, with_entropy: Literal[False] = False
+) -> torch.Tensor: ...
+
+
+@overload
+def sequence_logprobs(
+    model: Any, batch: Mapping[str, torch.Tensor], *, with_entropy: Literal[True]
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def sequence_logprobs(
+    model: Any, batch: Mapping[str, torch.Tensor], *, with_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``log pi(y_t | x, y_<t)`` for every completion column, shape ``[B, C]``
+    (with ``with_entropy``: also the policy's entropy at each of those positions,
+    ``[B, C]``, computed without gradient, as a pair).
 
     One forward pass over ``input_ids``; the logits at input position
     ``P + j - 1`` score the completion token at ``P + j`` (the shift by one of
@@ -523,4 +539,10 @@ def sequence_logprobs(model: Any, batch: Mapping[str, torch.Tensor]) -> torch.Te
     logits = out.logits[:, -(C + 1) : -1, :]  # positions P-1 .. P+C-2
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up; float64 kept
     targets = input_ids[:, P:].to(dev)
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp
+    with torch.no_grad():  # H = logsumexp(z) - sum_v softmax(z)_v z_v
+        entropy = lse.detach() - (torch.softmax(logits.detach(), dim=-1) * logits.detach()).sum(dim=-1)
+    return logp, entropy

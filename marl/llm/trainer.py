@@ -77,8 +77,9 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from societas.marl.llm.advantages import HopGroup, gdpo_advantages, group_ids, grpo_advantages, raw_singletons
-from societas.marl.llm.losses import LOSS_TYPES, LossType, check_variant, policy_loss_terms
+from societas.marl.llm.losses import LOSS_TYPES, LossType, check_variant, high_entropy_mask, policy_loss_terms
 from societas.marl.llm.parallel import (
+    all_gather_list,
     all_reduce_max,
     all_reduce_sum,
     broadcast_object,
@@ -120,6 +121,14 @@ class GRPOConfig(BaseModel):
     )
     sapo_temperature_pos: float = Field(1.0, gt=0.0, description="sapo's gate temperature for A > 0")
     sapo_temperature_neg: float = Field(1.05, gt=0.0, description="sapo's gate temperature for A <= 0")
+    top_entropy_quantile: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="train the policy term on this share of the kept tokens with the highest entropy "
+        "(Wang et al., 'Beyond the 80/20 rule': 0.2); the threshold is the quantile over the step's "
+        "whole batch under the policy before the update; 1: every token",
+    )
     mask_truncated_completions: bool = Field(
         False,
         description="DAPO's overlong filtering: samples cut by max_new_tokens (finish_reason 'length'; "
@@ -402,17 +411,28 @@ class PolicyTrainer:
         micro = self._rank_micro_batches(B, batch["input_ids"].shape[1])
         was_training = self.model.training
 
-        if not has_old:  # on-policy: recompute the behaviour log-probs before any update
+        with_entropy = cfg.top_entropy_quantile < 1.0
+        if not has_old or with_entropy:
+            # Before any update: the behaviour log-probs (on-policy samples without recorded
+            # ones), and the policy's entropy at each token (top_entropy_quantile).
             with torch.no_grad():
                 self.model.eval()
                 # float32 at least (bf16 models), the model's own precision above that
                 dtype = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
                 old = torch.zeros(mask.shape, dtype=dtype, device=dev)
+                entropy = torch.zeros(mask.shape, dtype=torch.float32, device=dev)
                 for ix, _ in micro:
                     with self._autocast():
-                        lp = sequence_logprobs(self.model, self._slice(batch, ix))
+                        if with_entropy:
+                            lp, ent = sequence_logprobs(self.model, self._slice(batch, ix), with_entropy=True)
+                            entropy[ix] = ent.float()
+                        else:
+                            lp = sequence_logprobs(self.model, self._slice(batch, ix))
                     old[ix] = lp.to(dtype)
-                batch["old_logprobs"] = old * mask
+                if not has_old:
+                    batch["old_logprobs"] = old * mask
+                if with_entropy:
+                    batch["entropy_mask"] = self._high_entropy_mask(entropy, mask, B)
         train_model = self._ddp if self._ddp is not None else self.model
         scale = float(self.dist.world_size)  # DDP and FSDP average over ranks; the rows' weights sum
 
@@ -452,6 +472,7 @@ class PolicyTrainer:
                             delta=cfg.delta,
                             sapo_temperature_pos=cfg.sapo_temperature_pos,
                             sapo_temperature_neg=cfg.sapo_temperature_neg,
+                            token_weight=mb.get("entropy_mask"),
                         )
                         tokens = float(host["completion_mask"][ix].sum())
                         if not live:  # a rank with no rows left still joins the gradient sum
@@ -600,6 +621,13 @@ class PolicyTrainer:
     @staticmethod
     def _slice(batch: dict[str, torch.Tensor], ix: slice) -> dict[str, torch.Tensor]:
         return {k: (v if v.dim() == 0 else v[ix]) for k, v in batch.items()}
+
+    def _high_entropy_mask(self, entropy: torch.Tensor, mask: torch.Tensor, rows: int) -> torch.Tensor:
+        """:func:`~societas.marl.llm.losses.high_entropy_mask` over every kept token of the
+        step on every rank, so that neither micro-batches nor ranks change it."""
+        own = own_slice(rows, self.dist) if self.dist.distributed else slice(0, rows)
+        values = torch.cat(all_gather_list([entropy[own][mask[own] > 0].float().cpu()]))
+        return high_entropy_mask(entropy, mask, self.config.top_entropy_quantile, values=values)
 
     def _truncated(self, samples: Sequence[TokenSample]) -> list[int]:
         """Indices of the samples that ``max_new_tokens`` cut: ``finish_reason`` ``"length"``, or,

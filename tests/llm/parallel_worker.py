@@ -1,10 +1,11 @@
 """What each process runs in tests/llm/test_parallel.py, under torchrun or alone.
 
-``python parallel_worker.py trainer OUT MODEL_DIR SHARDING:LOSS_TYPE ...``: for
+``python parallel_worker.py trainer OUT MODEL_DIR SHARDING:LOSS ...``: for
 each pair, a fixed batch through :class:`PolicyTrainer` (two GRPO epochs, then
 one SFT step) in float64; rank 0 saves the metrics and the whole updated
-weights to ``OUT/SHARDING-LOSS_TYPE.pt``, and every rank takes part in writing
-a checkpoint to ``OUT/SHARDING-LOSS_TYPE.ckpt``.
+weights to ``OUT/SHARDING-LOSS.pt``, and every rank takes part in writing
+a checkpoint to ``OUT/SHARDING-LOSS.ckpt``. ``LOSS`` is a loss type, with
+settings from :data:`EXTRAS` after it (``dapo+gspo+entropy``).
 
 ``python parallel_worker.py loop MODEL_URI SHARDING OUT:STEPS:fresh|resume ...``:
 for each run, the training loop on a one-node recipe (reward: the number of
@@ -52,8 +53,16 @@ def load_model(model_dir: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).double()
 
 
-def run_trainer(out: str, model_dir: str, sharding: str, loss_type: str) -> None:
+# Settings a pair's loss part may add after its loss type ("dapo+gspo+entropy").
+EXTRAS: dict[str, dict[str, object]] = {
+    "gspo": {"importance_sampling_level": "sequence"},
+    "entropy": {"top_entropy_quantile": 0.5},  # a threshold over every rank's tokens
+}
+
+
+def run_trainer(out: str, model_dir: str, sharding: str, loss: str) -> None:
     """One pair (see the module docstring); ``out`` is the path without its suffix."""
+    loss_type, *extras = loss.split("+")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
@@ -69,6 +78,8 @@ def run_trainer(out: str, model_dir: str, sharding: str, loss_type: str) -> None
         "reward_weights": [1.0, 0.5],
         "sharding": sharding,
     }
+    for extra in extras:
+        cfg.update(EXTRAS[extra])
     tr = PolicyTrainer(model, tok, cfg, ref_model=None, policy="p")
     samples, rewards, groups = fixed_batch(len(tok))
     grpo = tr.step(samples, rewards, groups)
@@ -101,8 +112,8 @@ def main(argv: list[str]) -> None:
         out, model_dir, *pairs = args
         try:
             for pair in pairs:
-                sharding, loss_type = pair.split(":")
-                run_trainer(f"{out}/{sharding}-{loss_type}", model_dir, sharding, loss_type)
+                sharding, loss = pair.split(":")
+                run_trainer(f"{out}/{sharding}-{loss}", model_dir, sharding, loss)
         finally:
             if owned:
                 torch.distributed.destroy_process_group()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from societas.marl.llm import policy_loss
+from societas.marl.llm.losses import high_entropy_mask
 
 torch.set_num_threads(1)
 
@@ -178,14 +179,29 @@ def test_matches_trl_compute_loss():
 
 
 def _trl_loss(
-    new, old, ref, adv, mask, *, loss_type, beta, eps_high, level="token", delta=None, taus=(1.0, 1.05)
+    new,
+    old,
+    ref,
+    adv,
+    mask,
+    *,
+    loss_type,
+    beta,
+    eps_high,
+    level="token",
+    delta=None,
+    taus=(1.0, 1.05),
+    entropies=None,
+    top_entropy_quantile=1.0,
 ):
-    """TRL's own ``GRPOTrainer._compute_loss`` on a stand-in trainer whose model returns ``new``."""
+    """TRL's own ``GRPOTrainer._compute_loss`` on a stand-in trainer whose model returns ``new``
+    (and ``entropies``)."""
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     B, T = new.shape
+    entropies = torch.zeros(B, T) if entropies is None else entropies
     fake = SimpleNamespace(
-        top_entropy_quantile=1.0,
+        top_entropy_quantile=top_entropy_quantile,
         off_policy_mask_threshold=None,
         importance_sampling_level=level,
         beta=beta,
@@ -205,10 +221,16 @@ def _trl_loss(
             sapo_temperature_pos=taus[0],
             sapo_temperature_neg=taus[1],
         ),
-        accelerator=SimpleNamespace(reduce=lambda x, reduction="sum": x, gather=lambda x: x, num_processes=1),
+        accelerator=SimpleNamespace(
+            reduce=lambda x, reduction="sum": x,
+            gather=lambda x: x,
+            pad_across_processes=lambda x, dim=0, pad_index=0: x,
+            num_processes=1,
+        ),
         _metrics=defaultdict(lambda: defaultdict(list)),
-        _get_per_token_logps_and_entropies=lambda *a, **k: (new, torch.zeros(B, T), None),
+        _get_per_token_logps_and_entropies=lambda *a, **k: (new, entropies, None),
     )
+    fake.get_high_entropy_mask = lambda e, m, t: GRPOTrainer.get_high_entropy_mask(fake, e, m, t)
     inputs = {
         "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
         "prompt_mask": torch.ones(B, 2),
@@ -321,3 +343,74 @@ def test_variants_refuse_what_would_surprise():
     with pytest.raises(ValueError, match="caps the importance weight itself"):
         GRPOConfig(loss_type="cispo")
     assert GRPOConfig(loss_type="cispo", clip_eps_high=5.0).clip_eps_high == 5.0
+
+
+@pytest.mark.parametrize("quantile", [0.2, 0.5, 1.0])
+@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.04), ("dapo", 0.0), ("cispo", 0.0)])
+def test_the_high_entropy_tokens_alone_carry_the_policy_term_as_in_trl(quantile, loss_type, beta):
+    """top_entropy_quantile: TRL's mask from the same entropies, the same loss and gradient; the KL
+    term and the normalisers keep every kept token."""
+    pytest.importorskip("trl")
+    torch.manual_seed(3)
+    B, T = 4, 9
+    old = -torch.rand(B, T) * 3
+    ref = old + 0.2 * torch.randn(B, T)
+    adv = torch.tensor([1.3, -0.7, 0.2, -2.0])
+    mask = (torch.rand(B, T) > 0.25).long()
+    mask[:, 0] = 1
+    entropies = torch.rand(B, T) * 4
+    base = old + 0.5 * torch.randn(B, T)
+    new_trl, new_ours = base.clone().requires_grad_(True), base.clone().requires_grad_(True)
+    eps_high = 5.0 if loss_type == "cispo" else 0.2
+    trl_loss, _ = _trl_loss(
+        new_trl,
+        old,
+        ref,
+        adv,
+        mask,
+        loss_type=loss_type,
+        beta=beta,
+        eps_high=eps_high,
+        entropies=entropies,
+        top_entropy_quantile=quantile,
+    )
+    weight = high_entropy_mask(entropies, mask, quantile)
+    kept = int(mask.sum())
+    assert int(weight.sum()) == (kept if quantile == 1.0 else pytest.approx(quantile * kept, abs=1))
+    ours, _ = policy_loss(
+        new_ours,
+        old,
+        adv,
+        mask,
+        ref_logp=ref,
+        clip_eps_high=eps_high,
+        kl_beta=beta,
+        loss_type=loss_type,
+        max_completion_length=T + 2,
+        num_items_in_batch=float(mask.sum()) * 1.5,
+        token_weight=weight,
+    )
+    torch.testing.assert_close(ours, trl_loss, atol=1e-6, rtol=1e-6)
+    (g_trl,) = torch.autograd.grad(trl_loss, new_trl)
+    (g_ours,) = torch.autograd.grad(ours, new_ours)
+    torch.testing.assert_close(g_ours, g_trl, atol=1e-6, rtol=1e-6)
+    if beta == 0.0 and quantile < 1.0:  # without KL, the low-entropy tokens get no gradient at all
+        assert g_ours[(weight == 0) & (mask > 0)].abs().max() == 0
+
+
+def test_the_high_entropy_threshold_past_torch_quantiles_limit_interpolates_the_same_way(monkeypatch):
+    """Past 2**24 values the threshold comes from a sort: the same linear interpolation."""
+    values = torch.rand(1001, generator=torch.Generator().manual_seed(0)) * 3
+    entropy, mask = values.reshape(1, -1), torch.ones(1, 1001)
+    by_quantile = high_entropy_mask(entropy, mask, 0.2)
+    # q = 0.8 of the 1000 gaps lands on the 801st smallest value: it and the 200 above it
+    assert int(by_quantile.sum()) == 201
+    monkeypatch.setattr(torch, "quantile", lambda *a, **k: pytest.fail("torch.quantile was called"))
+    big = torch.rand(2**24 + 1, generator=torch.Generator().manual_seed(1)) * 3
+    by_sort = high_entropy_mask(entropy, mask, 0.2, values=big)
+    ranked = big.sort().values
+    pos = 0.8 * 2**24
+    lo = int(pos)
+    threshold = ranked[lo] + (ranked[lo + 1] - ranked[lo]) * (pos - lo)
+    assert torch.equal(by_sort, (entropy >= threshold).float())
+    assert 150 < int(by_sort.sum()) < 260  # about the top fifth of the entropies

@@ -27,7 +27,7 @@ from societas.marl.llm.trainer import PolicyTrainer
 from tests.llm import parallel_worker
 
 WORKER = str(Path(parallel_worker.__file__))
-PAIRS = ("ddp:grpo", "ddp:dapo", "fsdp:bnpo")
+PAIRS = ("ddp:grpo", "ddp:dapo", "fsdp:bnpo", "ddp:dapo+gspo+entropy")
 
 pytestmark = pytest.mark.slow
 

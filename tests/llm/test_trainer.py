@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 
 import pytest
@@ -109,6 +110,8 @@ def test_dr_grpo_named_once_gives_both_of_its_changes():
         {"loss_type": "sapo"},
         {"loss_type": "grpo", "importance_sampling_level": "sequence"},
         {"loss_type": "dapo", "importance_sampling_level": "sequence", "delta": 1.5},
+        {"loss_type": "grpo", "top_entropy_quantile": 0.3},
+        {"loss_type": "dapo", "top_entropy_quantile": 0.5},
     ],
     ids=lambda v: "-".join(str(x) for x in v.values()),
 )
@@ -488,3 +491,40 @@ def test_scale_rewards_chooses_what_divides_the_advantages(llm):
         assert torch.equal(tr.advantages(rewards, groups), grpo_advantages(rewards, groups, scale=scale)), (
             config
         )
+
+
+def test_the_entropies_beside_the_logprobs_are_the_policys_own(llm):
+    rm = RoleMap({"answerer": "p"})
+    samples = _rollout(llm, _one_node(), ["q1", "q2"], rm, seed=5)
+    batch = collate(samples, llm.tokenizer.pad_token_id)
+    with torch.no_grad():
+        plain = sequence_logprobs(llm.model, batch)
+        logp, entropy = sequence_logprobs(llm.model, batch, with_entropy=True)
+        C = batch["completion_mask"].shape[1]
+        logits = llm.model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+        ).logits[:, -(C + 1) : -1]
+    assert torch.equal(logp, plain)
+    expected = torch.distributions.Categorical(logits=logits.float()).entropy()
+    torch.testing.assert_close(entropy, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_top_entropy_quantile_trains_only_the_high_entropy_tokens(llm):
+    """The step's mask keeps the top quarter of the kept tokens by the policy's entropy (every
+    kept one above every dropped one), and the step still counts every kept token."""
+    rm = RoleMap({"answerer": "p"})
+    samples = _rollout(llm, _one_node(), ["q", "q", "q"], rm, seed=6)
+    tr = PolicyTrainer(
+        copy.deepcopy(llm.model), llm.tokenizer, GRPOConfig(lr=1e-3, top_entropy_quantile=0.25)
+    )
+    batch = collate(samples, tr.pad_id)
+    with torch.no_grad():
+        _, ent = sequence_logprobs(tr.model, batch, with_entropy=True)
+    keep = tr._high_entropy_mask(ent, batch["completion_mask"], len(samples))
+    kept = int(batch["completion_mask"].sum())
+    assert 0 < int(keep.sum()) <= kept // 4 + 1
+    assert ent[keep > 0].min() >= ent[(keep == 0) & (batch["completion_mask"] > 0)].max()
+    m = tr.step(samples, torch.tensor([1.0, 0.0, 2.0]), groups=[0, 0, 0])
+    assert math.isfinite(m["loss"]) and m["tokens"] == kept  # every kept token still counts
