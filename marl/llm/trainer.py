@@ -420,10 +420,10 @@ class PolicyTrainer:
                 # float32 at least (bf16 models), the model's own precision above that
                 dtype = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
                 old = torch.zeros(mask.shape, dtype=dtype, device=dev)
-                entropy = torch.zeros(mask.shape, dtype=torch.float32, device=dev)
+                entropy = torch.zeros(mask.shape, dtype=torch.float32, device=dev) if with_entropy else None
                 for ix, _ in micro:
                     with self._autocast():
-                        if with_entropy:
+                        if entropy is not None:
                             lp, ent = sequence_logprobs(self.model, self._slice(batch, ix), with_entropy=True)
                             entropy[ix] = ent.float()
                         else:
@@ -431,7 +431,7 @@ class PolicyTrainer:
                     old[ix] = lp.to(dtype)
                 if not has_old:
                     batch["old_logprobs"] = old * mask
-                if with_entropy:
+                if entropy is not None:
                     batch["entropy_mask"] = self._high_entropy_mask(entropy, mask, B)
         train_model = self._ddp if self._ddp is not None else self.model
         scale = float(self.dist.world_size)  # DDP and FSDP average over ranks; the rows' weights sum
